@@ -1,0 +1,209 @@
+//! What can go wrong, with enough detail to act on it.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything a lock operation can fail with.
+///
+/// One variant per thing a caller would handle differently. When several fit, the most specific wins:
+/// on acquire, [`Error::Taken`] if a quorum holds another owner's value, else [`Error::Expired`] if a
+/// quorum said OK but no validity is left, else [`Error::NoQuorum`]; on extend and unlock,
+/// [`Error::Taken`] if a quorum holds another owner's value, else [`Error::Expired`] if on a quorum the
+/// key is gone or foreign, else [`Error::NoQuorum`].
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let cluster = testenv::Cluster::start(3);
+/// use redmutex::{Error, Redlock};
+///
+/// let redlock = Redlock::connect(cluster.urls())?;
+/// let mutex = redlock.new_mutex("job:nightly-report");
+/// let _held = mutex.try_lock().await?;
+///
+/// match mutex.try_lock().await {
+///     Err(Error::Taken { nodes }) => println!("another worker runs it (nodes {nodes:?})"),
+///     Err(other) => return Err(other),
+///     Ok(_) => unreachable!("the lock is already held"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A quorum of nodes holds the key with another owner's value.
+    #[error("the lock is held by another owner on nodes {nodes:?}")]
+    Taken {
+        /// Indices (in the order given to [`Redlock`](crate::Redlock)) of the nodes holding another
+        /// owner's value.
+        nodes: Vec<usize>,
+    },
+
+    /// Too few nodes answered as required; every node that did not is listed with the reason.
+    #[error(
+        "no quorum: {ok} of {total} nodes succeeded, {quorum} needed ({})",
+        NodeList(failures)
+    )]
+    NoQuorum {
+        /// How many nodes succeeded.
+        ok: usize,
+        /// How many successes were needed (`nodes / 2 + 1`).
+        quorum: usize,
+        /// How many nodes the client talks to.
+        total: usize,
+        /// Every node that did not succeed, with what happened there.
+        failures: Vec<NodeError>,
+    },
+
+    /// The lock's validity ran out: acquiring took longer than the expiry allows, or the lock had
+    /// already expired when it was extended or unlocked.
+    #[error("the lock has expired")]
+    Expired,
+
+    /// The lock was already unlocked through this handle or one of its clones; no I/O was done.
+    #[error("the lock was already unlocked")]
+    Unlocked,
+
+    /// The configuration is invalid; nothing was sent to any node.
+    #[error("invalid configuration: {field}: {rule}")]
+    Config {
+        /// The setting at fault, e.g. `"expiry"` or `"urls[2]"`.
+        field: String,
+        /// The rule it breaks. Never contains a password.
+        rule: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn config(field: impl Into<String>, rule: impl Into<String>) -> Self {
+        Error::Config {
+            field: field.into(),
+            rule: rule.into(),
+        }
+    }
+}
+
+/// What happened on one node that did not succeed.
+///
+/// # Examples
+///
+/// ```
+/// use redmutex::{Error, NodeError, NodeErrorKind};
+///
+/// fn timed_out_nodes(error: &Error) -> Vec<usize> {
+///     match error {
+///         Error::NoQuorum { failures, .. } => failures
+///             .iter()
+///             .filter(|f| matches!(f.kind, NodeErrorKind::Timeout(_)))
+///             .map(|f| f.node)
+///             .collect(),
+///         _ => Vec::new(),
+///     }
+/// }
+/// assert!(timed_out_nodes(&Error::Expired).is_empty());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeError {
+    /// The node's index, in the order given to [`Redlock`](crate::Redlock).
+    pub node: usize,
+    /// What happened there.
+    pub kind: NodeErrorKind,
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {}: {}", self.node, self.kind)
+    }
+}
+
+/// Why one node did not succeed.
+///
+/// # Examples
+///
+/// ```
+/// use redmutex::NodeErrorKind;
+/// use std::time::Duration;
+///
+/// let kind = NodeErrorKind::Timeout(Duration::from_millis(400));
+/// assert_eq!(kind.to_string(), "timed out after 400ms");
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// The key holds another owner's value.
+    #[error("held by another owner")]
+    Taken,
+    /// The key is not there (it expired, or was never set).
+    #[error("key not found")]
+    Missing,
+    /// No reply within the per-node timeout (`expiry * timeout_factor`).
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The connection or the server reported an error.
+    #[error("{0}")]
+    Redis(redis::RedisError),
+    /// The node answered with a reply this protocol never produces, e.g. because the key holds
+    /// another type or something between client and node rewrites traffic.
+    #[error("unexpected reply: {0}")]
+    UnexpectedReply(String),
+    /// Fail-fast mode decided the outcome before this node answered.
+    #[error("not awaited (fail-fast)")]
+    NotAwaited,
+}
+
+/// Formats node failures as `node 1: ...; node 3: ...`.
+struct NodeList<'a>(&'a [NodeError]);
+
+impl fmt::Display for NodeList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, failure) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{failure}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_quorum_lists_every_failing_node() {
+        let error = Error::NoQuorum {
+            ok: 1,
+            quorum: 2,
+            total: 3,
+            failures: vec![
+                NodeError {
+                    node: 1,
+                    kind: NodeErrorKind::Timeout(Duration::from_millis(50)),
+                },
+                NodeError {
+                    node: 2,
+                    kind: NodeErrorKind::Taken,
+                },
+            ],
+        };
+        assert_eq!(
+            error.to_string(),
+            "no quorum: 1 of 3 nodes succeeded, 2 needed \
+             (node 1: timed out after 50ms; node 2: held by another owner)"
+        );
+    }
+
+    #[test]
+    fn config_names_field_and_rule() {
+        let error = Error::config("drift_factor", "must be in [0, 1), got 1.5");
+        assert_eq!(
+            error.to_string(),
+            "invalid configuration: drift_factor: must be in [0, 1), got 1.5"
+        );
+    }
+}

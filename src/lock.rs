@@ -1,0 +1,326 @@
+//! A held lock: the caller's proof of ownership.
+
+use std::fmt;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::fanout::{self, Settle};
+use crate::mutex::Mutex;
+use crate::node::{Op, Request};
+use crate::quorum::validity;
+use crate::settings::{Plan, check_value};
+
+/// A lock held on a quorum of nodes.
+///
+/// Clones share one state: a heartbeat task can hold a clone and [`extend`](Lock::extend) while the
+/// owner works, and [`unlock`](Lock::unlock) through any clone ends the lock for all of them.
+///
+/// Dropping the last clone without unlocking releases the lock in the background on the current
+/// tokio runtime (best effort, never blocking); without a runtime the keys simply expire.
+///
+/// The lock is safe to rely on only until [`valid_until`](Lock::valid_until). Nothing extends it
+/// automatically.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let cluster = testenv::Cluster::start(3);
+/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+/// use std::time::{Duration, Instant};
+///
+/// let mutex = redlock.new_mutex("job:compact").with_expiry(Duration::from_secs(2));
+/// let lock = mutex.lock().await?;
+///
+/// // A heartbeat keeps the lock while the owner works.
+/// let heartbeat = {
+///     let lock = lock.clone();
+///     tokio::spawn(async move {
+///         loop {
+///             tokio::time::sleep(Duration::from_millis(500)).await;
+///             if lock.extend().await.is_err() {
+///                 break; // lost (or unlocked): the owner must stop using the resource
+///             }
+///         }
+///     })
+/// };
+/// tokio::time::sleep(Duration::from_millis(1200)).await; // the work
+/// assert!(lock.valid_until() > Instant::now());
+/// lock.unlock().await?;
+/// heartbeat.await.expect("heartbeat ends after unlock");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    held: Arc<Held>,
+}
+
+struct Held {
+    mutex: Mutex,
+    value: Arc<str>,
+    state: std::sync::Mutex<State>,
+}
+
+struct State {
+    valid_until: Instant,
+    unlocked: bool,
+    /// Calls of this lock's value still in flight (fail-fast), awaited before unlock or extend.
+    settle: Option<Settle>,
+}
+
+impl Lock {
+    pub(crate) fn new(
+        mutex: Mutex,
+        value: Arc<str>,
+        valid_until: Instant,
+        settle: Option<Settle>,
+    ) -> Self {
+        Lock {
+            held: Arc::new(Held {
+                mutex,
+                value,
+                state: std::sync::Mutex::new(State {
+                    valid_until,
+                    unlocked: false,
+                    settle,
+                }),
+            }),
+        }
+    }
+
+    /// The moment until which the lock is safe to rely on, on this process's monotonic clock:
+    /// start of the last successful acquire or extend + expiry - its duration - drift.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let before = Instant::now();
+    /// let lock = redlock.new_mutex("job:a").with_expiry(Duration::from_secs(5)).lock().await?;
+    /// // At most expiry minus the 1 % drift allowance.
+    /// assert!(lock.valid_until() <= before + Duration::from_millis(4950));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn valid_until(&self) -> Instant {
+        self.state().valid_until
+    }
+
+    /// The lock value: the secret that proves ownership on the nodes. Hand it to another process
+    /// to let it [`adopt`](Mutex::adopt) the lock; do not log it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(1);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:b").lock().await?;
+    /// assert_eq!(lock.value().len(), 22); // 16 random bytes, base64url
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn value(&self) -> &str {
+        &self.held.value
+    }
+
+    /// The resource name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(1);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:c").lock().await?;
+    /// assert_eq!(lock.name(), "job:c");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.held.mutex.name()
+    }
+
+    /// Resets the expiry to the mutex's expiry on every node where the key still holds this lock's
+    /// value (compare-and-PEXPIRE), and moves [`valid_until`](Lock::valid_until) on success.
+    ///
+    /// Never called by the library on its own. Succeeds only on a quorum and only if validity is
+    /// left after the round trip; a failure changes nothing (the lock is not released, `valid_until`
+    /// stays). It never re-creates an expired key or touches another owner's.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Taken`] (a quorum holds another owner's value), [`Error::Expired`] (on a quorum the key
+    /// is gone or foreign, or no validity left), [`Error::NoQuorum`], [`Error::Unlocked`] (no I/O),
+    /// [`Error::Config`] (no I/O).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves the lock as it was, possibly extended on some nodes,
+    /// with `valid_until` unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:d").lock().await?;
+    /// let before = lock.valid_until();
+    /// tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    /// lock.extend().await?;
+    /// assert!(lock.valid_until() > before);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn extend(&self) -> Result<(), Error> {
+        let plan = self.prepare()?;
+        self.settled().await;
+        let mutex = &self.held.mutex;
+        let request = Request::new(Op::Extend, mutex.name_arc(), &self.held.value, plan.millis);
+        let start = Instant::now();
+        let tally = fanout::all(
+            mutex.redlock().nodes(),
+            request,
+            plan.node_timeout,
+            plan.shuffle_nodes,
+        )
+        .await;
+        let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
+        let left = tally.judge_extend(left)?;
+        let mut state = self.state();
+        if state.unlocked {
+            return Err(Error::Unlocked);
+        }
+        state.valid_until = deadline(start, left);
+        Ok(())
+    }
+
+    /// Releases the lock on every node where the key still holds this lock's value
+    /// (compare-and-delete). Nobody ever deletes a lock they do not hold.
+    ///
+    /// Waits first for any acquire calls of this lock still in flight (fail-fast), so no key lands
+    /// after its release. After success, every clone's `extend` and `unlock` return
+    /// [`Error::Unlocked`] without I/O.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Taken`] (a quorum holds another owner's value: this lock had expired and was taken),
+    /// [`Error::Expired`] (on a quorum the key is gone or foreign), [`Error::NoQuorum`],
+    /// [`Error::Unlocked`] (no I/O), [`Error::Config`] (no I/O). Whatever the error, every node that
+    /// still held this lock's value and answered has released it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lock released on some nodes; dropping the last clone then
+    /// releases the rest in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use redmutex::Error;
+    ///
+    /// let lock = redlock.new_mutex("job:e").lock().await?;
+    /// let clone = lock.clone();
+    /// lock.unlock().await?;
+    /// assert!(matches!(clone.unlock().await, Err(Error::Unlocked)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn unlock(&self) -> Result<(), Error> {
+        let plan = self.prepare()?;
+        let settle = self.state().settle.clone();
+        let mutex = &self.held.mutex;
+        let tally = fanout::release(
+            Arc::clone(mutex.redlock().nodes()),
+            Arc::clone(mutex.name_arc()),
+            Arc::clone(&self.held.value),
+            plan.node_timeout,
+            settle,
+        )
+        .await;
+        tally.judge_release()?;
+        let mut state = self.state();
+        state.unlocked = true;
+        state.valid_until = state.valid_until.min(Instant::now());
+        Ok(())
+    }
+
+    /// Checks everything that needs no I/O.
+    fn prepare(&self) -> Result<Plan, Error> {
+        let plan = self.held.mutex.plan()?;
+        check_value(&self.held.value)?;
+        if self.state().unlocked {
+            return Err(Error::Unlocked);
+        }
+        Ok(plan)
+    }
+
+    /// Waits for acquire calls still in flight.
+    async fn settled(&self) {
+        let settle = self.state().settle.clone();
+        if let Some(settle) = settle {
+            settle.await;
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is plain data updated in single assignments; a panic elsewhere cannot leave it
+        // half-written, so a poisoned mutex is still consistent.
+        self.held
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `start + left`, which cannot overflow for the expiries settings accept.
+pub(crate) fn deadline(start: Instant, left: Duration) -> Instant {
+    start.checked_add(left).unwrap_or(start)
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if state.unlocked || check_value(&self.value).is_err() {
+            return;
+        }
+        let Ok(plan) = self.mutex.plan() else {
+            return;
+        };
+        fanout::spawn_release(
+            Arc::clone(self.mutex.redlock().nodes()),
+            Arc::clone(self.mutex.name_arc()),
+            Arc::clone(&self.value),
+            plan.node_timeout,
+            state.settle.take(),
+        );
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state();
+        // The value is a capability (it can unlock), so it stays out of logs.
+        f.debug_struct("Lock")
+            .field("name", &self.name())
+            .field("valid_until", &state.valid_until)
+            .field("unlocked", &state.unlocked)
+            .finish_non_exhaustive()
+    }
+}

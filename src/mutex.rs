@@ -1,0 +1,427 @@
+//! A named distributed mutex: configuration, and the entry points that acquire it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::acquire::acquire;
+use crate::delay::RetryDelay;
+use crate::error::Error;
+use crate::lock::Lock;
+use crate::redlock::Redlock;
+use crate::settings::{Plan, Settings};
+
+/// A distributed mutex for one resource name: configuration only, no lock state.
+///
+/// Cheap to clone, `Send + Sync`; make one per resource (or per call) from a shared
+/// [`Redlock`]. Each successful [`lock()`](Mutex::lock) returns a [`Lock`], the proof of ownership.
+///
+/// # Default
+///
+/// | setting | default |
+/// |---|---|
+/// | [`with_expiry`](Mutex::with_expiry) | 8 s |
+/// | [`with_tries`](Mutex::with_tries) | 32 |
+/// | [`with_retry_delay`](Mutex::with_retry_delay) | random in 50..250 ms |
+/// | [`with_drift_factor`](Mutex::with_drift_factor) | 0.01 |
+/// | [`with_timeout_factor`](Mutex::with_timeout_factor) | 0.05 (400 ms per node at 8 s expiry) |
+/// | [`with_fail_fast`](Mutex::with_fail_fast) | false |
+/// | [`with_shuffle_nodes`](Mutex::with_shuffle_nodes) | false |
+/// | [`with_value_fn`](Mutex::with_value_fn) | 16 random bytes (CSPRNG), base64url |
+///
+/// Setters never fail: an invalid value (say a drift factor of 1.5) is reported as
+/// [`Error::Config`] by the first operation, before any I/O.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let cluster = testenv::Cluster::start(3);
+/// use redmutex::Redlock;
+/// use std::time::Duration;
+///
+/// let redlock = Redlock::connect(cluster.urls()).await?;
+/// let mutex = redlock
+///     .new_mutex("inventory:sku-42")
+///     .with_expiry(Duration::from_secs(2))
+///     .with_tries(10);
+///
+/// let lock = mutex.lock().await?;
+/// // ... sell the item, finishing well before lock.valid_until() ...
+/// lock.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Mutex {
+    redlock: Redlock,
+    name: Arc<str>,
+    settings: Settings,
+}
+
+impl Mutex {
+    pub(crate) fn new(redlock: Redlock, name: String) -> Self {
+        Mutex {
+            redlock,
+            name: name.into(),
+            settings: Settings::default(),
+        }
+    }
+
+    /// How long the nodes keep the lock before dropping it on their own. Default 8 s.
+    ///
+    /// Sent in whole milliseconds (rounded down); must be between 1 ms and 365 days. Choose it longer
+    /// than the critical section, or [`extend`](Lock::extend) while working.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let mutex = redlock.new_mutex("report").with_expiry(Duration::from_secs(30));
+    /// assert_eq!(mutex.expiry(), Duration::from_secs(30));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_expiry(mut self, expiry: Duration) -> Self {
+        self.settings.expiry = expiry;
+        self
+    }
+
+    /// How many attempts [`lock()`](Mutex::lock) makes before giving up. Default 32; at least 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("report").with_tries(3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_tries(mut self, tries: u32) -> Self {
+        self.settings.tries = tries;
+        self
+    }
+
+    /// Waits exactly `delay` between attempts. Default: random in 50..250 ms, which spreads
+    /// competing clients apart; a fixed delay suits tests and single-contender setups.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let mutex = redlock.new_mutex("report").with_retry_delay(Duration::from_millis(100));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_retry_delay(mut self, delay: Duration) -> Self {
+        self.settings.retry_delay = RetryDelay::Fixed(delay);
+        self
+    }
+
+    /// Computes the delay from the number of the attempt that just failed (1, 2, ...), e.g. for
+    /// exponential backoff. Replaces [`with_retry_delay`](Mutex::with_retry_delay).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let mutex = redlock
+    ///     .new_mutex("report")
+    ///     .with_retry_delay_fn(|attempt| Duration::from_millis(10 << attempt.min(6)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_retry_delay_fn<F>(mut self, delay: F) -> Self
+    where
+        F: Fn(u32) -> Duration + Send + Sync + 'static,
+    {
+        self.settings.retry_delay = RetryDelay::Custom(Arc::new(delay));
+        self
+    }
+
+    /// The allowance for clock drift between machines, as a fraction of the expiry: validity is
+    /// `expiry - elapsed - expiry * drift_factor`. Default 0.01; must be in `[0, 1)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("report").with_drift_factor(0.02);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_drift_factor(mut self, factor: f64) -> Self {
+        self.settings.drift_factor = factor;
+        self
+    }
+
+    /// The per-node timeout as a fraction of the expiry: no node call waits longer than
+    /// `expiry * timeout_factor`, so one slow or paused node cannot stall a lock. Default 0.05; must
+    /// be in `(0, 1)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// // 2 s expiry, 100 ms per node.
+    /// let mutex = redlock
+    ///     .new_mutex("report")
+    ///     .with_expiry(Duration::from_secs(2))
+    ///     .with_timeout_factor(0.05);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_timeout_factor(mut self, factor: f64) -> Self {
+        self.settings.timeout_factor = factor;
+        self
+    }
+
+    /// Returns from an attempt as soon as its outcome is decided (a quorum said OK, or can no longer
+    /// say so) instead of waiting for every node. Default false.
+    ///
+    /// Calls still in flight are not abandoned: after a success they finish in the background, so the
+    /// lock lands on as many nodes as possible; after a failure they are released like the rest.
+    /// [`Lock::unlock`] and [`Lock::extend`] wait for them first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("report").with_fail_fast(true);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_fail_fast(mut self, fail_fast: bool) -> Self {
+        self.settings.fail_fast = fail_fast;
+        self
+    }
+
+    /// Sends to the nodes in a random order on each operation. Default false. With concurrent
+    /// fan-out this rarely matters; it spreads who-asked-first when many clients race.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("report").with_shuffle_nodes(true);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_shuffle_nodes(mut self, shuffle: bool) -> Self {
+        self.settings.shuffle_nodes = shuffle;
+        self
+    }
+
+    /// Generates the lock value for each acquisition. Default: 16 bytes from a CSPRNG, base64url.
+    ///
+    /// Every acquisition must get a value no other acquisition ever gets: two holders with one value
+    /// can release each other's lock. An empty value is rejected with [`Error::Config`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(1);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    ///
+    /// let mutex = redlock.new_mutex("report").with_value_fn(|| {
+    ///     format!("worker-7:{}", SEQUENCE.fetch_add(1, Ordering::Relaxed))
+    /// });
+    /// let lock = mutex.lock().await?;
+    /// assert_eq!(lock.value(), "worker-7:0");
+    /// # lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_value_fn<F>(mut self, value: F) -> Self
+    where
+        F: Fn() -> String + Send + Sync + 'static,
+    {
+        self.settings.value_fn = Some(Arc::new(value));
+        self
+    }
+
+    /// The resource name: the key used on every node.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// assert_eq!(redlock.new_mutex("report").name(), "report");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The expiry as configured.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// assert_eq!(redlock.new_mutex("report").expiry(), Duration::from_secs(8));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn expiry(&self) -> Duration {
+        self.settings.expiry
+    }
+
+    /// Acquires the lock, retrying up to `tries` attempts with the retry delay between them.
+    ///
+    /// Each attempt sends `SET name value NX PX expiry` to every node at once (each call bounded by
+    /// the node timeout) and succeeds when a quorum said OK and validity is left. A failed attempt is
+    /// released on every node, including those that erred or timed out, before the next one.
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error: [`Error::Taken`], [`Error::Expired`] or [`Error::NoQuorum`];
+    /// [`Error::Config`] (before any I/O) for invalid settings.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future mid-flight releases whatever it may have acquired, in the background on
+    /// the current tokio runtime; the keys expire on their own in any case.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:rebuild-index").lock().await?;
+    /// assert!(lock.valid_until() > std::time::Instant::now());
+    /// lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lock(&self) -> Result<Lock, Error> {
+        let plan = self.plan()?;
+        let value = self.settings.new_value()?;
+        acquire(self, &plan, value, plan.tries).await
+    }
+
+    /// Makes exactly one attempt to acquire the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock()`](Mutex::lock), for the single attempt.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock()`](Mutex::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use redmutex::Error;
+    ///
+    /// let mutex = redlock.new_mutex("job:send-invoices");
+    /// let first = mutex.try_lock().await?;
+    /// assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
+    /// first.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_lock(&self) -> Result<Lock, Error> {
+        let plan = self.plan()?;
+        let value = self.settings.new_value()?;
+        acquire(self, &plan, value, 1).await
+    }
+
+    /// A handle on a lock that another handle (possibly in another process) acquired with `value`.
+    ///
+    /// This is ownership transfer: the returned handle can [`unlock`](Lock::unlock) at once and can
+    /// [`extend`](Lock::extend); its [`valid_until`](Lock::valid_until) is the moment of adoption
+    /// (already passed) until an extend succeeds. Dropping its last clone releases the lock like any
+    /// other handle.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let mutex = redlock.new_mutex("job:export");
+    /// let original = mutex.lock().await?;
+    /// let value = original.value().to_owned();
+    /// // ... `value` travels to another process, which takes over:
+    /// let adopted = mutex.adopt(value);
+    /// adopted.extend().await?;
+    /// adopted.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn adopt(&self, value: impl Into<String>) -> Lock {
+        let value: String = value.into();
+        Lock::new(self.clone(), value.into(), Instant::now(), None)
+    }
+
+    pub(crate) fn plan(&self) -> Result<Plan, Error> {
+        self.settings.plan(&self.name)
+    }
+
+    pub(crate) fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    pub(crate) fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+}
+
+impl fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("name", &self.name)
+            .field("settings", &self.settings)
+            .field("nodes", &self.redlock.len())
+            .finish()
+    }
+}

@@ -1,0 +1,277 @@
+//! One Redis node: its shared connection, and one bounded call to it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::{Cmd, RedisResult, Value};
+
+use crate::error::NodeErrorKind;
+use crate::scripts::{DIGESTS, EXTEND, RELEASE};
+
+/// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
+///
+/// Built from the redis crate's [`ConnectionManager`] (reconnects by itself; recommended) or a plain
+/// [`MultiplexedConnection`] (never reconnects). Either way redmutex bounds every call by its own
+/// per-node timeout, so build them **without** a response timeout of their own
+/// (`ConnectionManagerConfig::set_response_timeout(None)`): a shorter one would cut node calls short.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let cluster = testenv::Cluster::start(3);
+/// use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+/// use redmutex::{NodeConnection, Redlock};
+///
+/// let mut connections = Vec::new();
+/// for url in cluster.urls() {
+///     let config = ConnectionManagerConfig::new().set_response_timeout(None);
+///     let manager = ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?;
+///     connections.push(NodeConnection::from(manager));
+/// }
+/// let redlock = Redlock::new(connections)?;
+/// # let lock = redlock.new_mutex("doc:node-connection").lock().await?;
+/// # lock.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct NodeConnection(Connection);
+
+#[derive(Clone)]
+enum Connection {
+    Manager(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
+}
+
+impl From<ConnectionManager> for NodeConnection {
+    fn from(manager: ConnectionManager) -> Self {
+        NodeConnection(Connection::Manager(manager))
+    }
+}
+
+impl From<MultiplexedConnection> for NodeConnection {
+    fn from(connection: MultiplexedConnection) -> Self {
+        NodeConnection(Connection::Multiplexed(connection))
+    }
+}
+
+impl fmt::Debug for NodeConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The redis crate's own Debug output may include connection details; show the kind only.
+        match self.0 {
+            Connection::Manager(_) => f.write_str("NodeConnection(ConnectionManager)"),
+            Connection::Multiplexed(_) => f.write_str("NodeConnection(MultiplexedConnection)"),
+        }
+    }
+}
+
+impl NodeConnection {
+    async fn send(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        let reply = match &mut self.0 {
+            Connection::Manager(c) => c.send_packed_command(cmd).await,
+            Connection::Multiplexed(c) => c.send_packed_command(cmd).await,
+        };
+        reply.and_then(Value::extract_error)
+    }
+
+    pub(crate) async fn ping(&mut self) -> RedisResult<Value> {
+        self.send(&redis::cmd("PING")).await
+    }
+}
+
+/// A node of a [`Redlock`](crate::Redlock): its connection and a password-free address for messages.
+#[derive(Clone)]
+pub(crate) struct Node {
+    pub connection: NodeConnection,
+    /// The URL with its password redacted, or `None` for connections the caller built.
+    pub address: Option<String>,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.address {
+            Some(address) => f.write_str(address),
+            None => self.connection.fmt(f),
+        }
+    }
+}
+
+/// What a request does to the lock's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `SET name value NX PX expiry`.
+    Acquire,
+    /// Compare-and-PEXPIRE.
+    Extend,
+    /// Compare-and-DEL.
+    Release,
+}
+
+/// One command, built once and sent to every node.
+pub(crate) struct Request {
+    op: Op,
+    cmd: Cmd,
+    name: Arc<str>,
+    value: Arc<str>,
+    millis: u64,
+}
+
+impl Request {
+    pub(crate) fn new(op: Op, name: &Arc<str>, value: &Arc<str>, millis: u64) -> Self {
+        let cmd = match op {
+            Op::Acquire => {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(&**name)
+                    .arg(&**value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(millis);
+                cmd
+            }
+            Op::Extend => script_cmd("EVALSHA", &DIGESTS.extend, name, value, Some(millis)),
+            Op::Release => script_cmd("EVALSHA", &DIGESTS.release, name, value, None),
+        };
+        Request {
+            op,
+            cmd,
+            name: Arc::clone(name),
+            value: Arc::clone(value),
+            millis,
+        }
+    }
+
+    /// The same script sent in full, for a node that does not have it cached (NOSCRIPT).
+    fn eval_cmd(&self) -> Option<Cmd> {
+        match self.op {
+            Op::Acquire => None,
+            Op::Extend => Some(script_cmd(
+                "EVAL",
+                EXTEND,
+                &self.name,
+                &self.value,
+                Some(self.millis),
+            )),
+            Op::Release => Some(script_cmd("EVAL", RELEASE, &self.name, &self.value, None)),
+        }
+    }
+
+    async fn send(&self, connection: &mut NodeConnection) -> RedisResult<Value> {
+        match connection.send(&self.cmd).await {
+            // EVAL also caches the script, so later EVALSHA calls to this node find it.
+            Err(error) if error.code() == Some("NOSCRIPT") => match self.eval_cmd() {
+                Some(eval) => connection.send(&eval).await,
+                None => Err(error),
+            },
+            other => other,
+        }
+    }
+
+    /// Reads a node's reply as "ours", "taken", "missing" or a failure.
+    fn interpret(&self, reply: Value) -> Result<(), NodeErrorKind> {
+        match (self.op, reply) {
+            (Op::Acquire, Value::Okay) => Ok(()),
+            (Op::Acquire, Value::Nil) => Err(NodeErrorKind::Taken),
+            (Op::Extend | Op::Release, Value::Int(1)) => Ok(()),
+            (Op::Extend | Op::Release, Value::Int(0)) => Err(NodeErrorKind::Missing),
+            (Op::Extend | Op::Release, Value::Int(-1)) => Err(NodeErrorKind::Taken),
+            (_, other) => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
+        }
+    }
+}
+
+fn script_cmd(verb: &str, script: &str, name: &str, value: &str, millis: Option<u64>) -> Cmd {
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(script).arg(1).arg(name).arg(value);
+    if let Some(millis) = millis {
+        cmd.arg(millis);
+    }
+    cmd
+}
+
+/// A short description of an unexpected reply; long replies are cut so errors stay readable.
+fn describe(reply: &Value) -> String {
+    const LIMIT: usize = 120;
+    let mut text = format!("{reply:?}");
+    if text.len() > LIMIT {
+        let mut end = LIMIT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}
+
+/// Sends `request` to one node and waits at most `timeout` for the answer.
+///
+/// The future owns everything it uses, so a fail-fast caller can hand it to a background task.
+pub(crate) async fn call(
+    mut connection: NodeConnection,
+    node: usize,
+    request: Arc<Request>,
+    timeout: Duration,
+) -> (usize, Result<(), NodeErrorKind>) {
+    let outcome = match tokio::time::timeout(timeout, request.send(&mut connection)).await {
+        Ok(Ok(reply)) => request.interpret(reply),
+        Ok(Err(error)) => Err(NodeErrorKind::Redis(error)),
+        Err(_elapsed) => Err(NodeErrorKind::Timeout(timeout)),
+    };
+    (node, outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(op: Op) -> Request {
+        Request::new(op, &Arc::from("name"), &Arc::from("value"), 8000)
+    }
+
+    #[test]
+    fn replies_map_to_outcomes() {
+        let acquire = request(Op::Acquire);
+        assert!(acquire.interpret(Value::Okay).is_ok());
+        assert!(matches!(
+            acquire.interpret(Value::Nil),
+            Err(NodeErrorKind::Taken)
+        ));
+        for op in [Op::Extend, Op::Release] {
+            let r = request(op);
+            assert!(r.interpret(Value::Int(1)).is_ok());
+            assert!(matches!(
+                r.interpret(Value::Int(0)),
+                Err(NodeErrorKind::Missing)
+            ));
+            assert!(matches!(
+                r.interpret(Value::Int(-1)),
+                Err(NodeErrorKind::Taken)
+            ));
+            assert!(matches!(
+                r.interpret(Value::Okay),
+                Err(NodeErrorKind::UnexpectedReply(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn long_unexpected_replies_are_cut() {
+        let reply = Value::BulkString(vec![b'x'; 10_000]);
+        assert!(describe(&reply).len() <= 123);
+    }
+
+    #[test]
+    fn set_is_built_as_redlock_requires() {
+        let packed = request(Op::Acquire).cmd.get_packed_command();
+        let text = String::from_utf8_lossy(&packed);
+        let words: Vec<&str> = text
+            .split("\r\n")
+            .filter(|w| !w.starts_with(['*', '$']))
+            .collect();
+        assert_eq!(words[..6], ["SET", "name", "value", "NX", "PX", "8000"]);
+    }
+}

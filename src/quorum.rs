@@ -1,0 +1,341 @@
+//! The arithmetic of Redlock: quorum size, validity, and the verdict over node replies.
+//!
+//! Pure: no clock, no I/O. Callers measure time and pass durations in, so every rule here is tested
+//! with exact numbers.
+
+use std::time::Duration;
+
+use crate::error::{Error, NodeError, NodeErrorKind};
+
+/// The number of nodes that must agree: a strict majority, `n / 2 + 1`.
+pub(crate) fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// Time the lock is still safe to use after an attempt that took `elapsed`, or `None` if none is left.
+///
+/// `expiry - elapsed - expiry * drift_factor`, where `expiry` is what was sent to the nodes. Clocks
+/// of different machines run at slightly different rates; the drift term is the margin for that.
+pub(crate) fn validity(expiry: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
+    let drift = expiry.mul_f64(drift_factor);
+    expiry
+        .checked_sub(elapsed)?
+        .checked_sub(drift)
+        .filter(|left| !left.is_zero())
+}
+
+/// The expiry as sent on the wire: whole milliseconds, rounded down so the nodes never hold the key
+/// for less time than validity assumes.
+pub(crate) fn expiry_millis(expiry: Duration) -> u64 {
+    u64::try_from(expiry.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// What each node said, counted.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    /// Nodes where our value holds the key (after SET, PEXPIRE or DEL of our value).
+    pub ours: usize,
+    /// Nodes where another owner's value holds the key.
+    pub foreign: Vec<usize>,
+    /// Nodes where the key is gone.
+    pub missing: usize,
+    /// Every node that did not say "ours", with the reason.
+    pub failures: Vec<NodeError>,
+    /// Nodes that have answered so far.
+    pub answered: usize,
+    /// Nodes asked.
+    pub total: usize,
+}
+
+impl Tally {
+    pub(crate) fn new(total: usize) -> Self {
+        Tally {
+            total,
+            ..Tally::default()
+        }
+    }
+
+    /// Counts one node's reply.
+    pub(crate) fn add(&mut self, node: usize, reply: Result<(), NodeErrorKind>) {
+        self.answered += 1;
+        match reply {
+            Ok(()) => self.ours += 1,
+            Err(kind) => {
+                match kind {
+                    NodeErrorKind::Taken => self.foreign.push(node),
+                    NodeErrorKind::Missing => self.missing += 1,
+                    _ => {}
+                }
+                self.failures.push(NodeError { node, kind });
+            }
+        }
+    }
+
+    /// True once more replies cannot change whether a quorum said "ours".
+    pub(crate) fn decided(&self) -> bool {
+        let needed = quorum(self.total);
+        let pending = self.total - self.answered;
+        self.ours >= needed || self.ours + pending < needed
+    }
+
+    /// Marks every node that has not answered as not awaited (fail-fast returned early).
+    pub(crate) fn close(&mut self, pending: impl IntoIterator<Item = usize>) {
+        for node in pending {
+            self.add(node, Err(NodeErrorKind::NotAwaited));
+        }
+        self.failures.sort_by_key(|failure| failure.node);
+        self.foreign.sort_unstable();
+    }
+
+    fn has_quorum(&self) -> bool {
+        self.ours >= quorum(self.total)
+    }
+
+    fn foreign_quorum(&self) -> bool {
+        self.foreign.len() >= quorum(self.total)
+    }
+
+    fn gone_quorum(&self) -> bool {
+        self.foreign.len() + self.missing >= quorum(self.total)
+    }
+
+    fn no_quorum(self) -> Error {
+        Error::NoQuorum {
+            ok: self.ours,
+            quorum: quorum(self.total),
+            total: self.total,
+            failures: self.failures,
+        }
+    }
+
+    fn taken(self) -> Error {
+        Error::Taken {
+            nodes: self.foreign,
+        }
+    }
+
+    /// The outcome of an acquire attempt.
+    ///
+    /// `validity` is what is left after the attempt (see [`validity`]).
+    pub(crate) fn judge_acquire(self, validity: Option<Duration>) -> Result<Duration, Error> {
+        if self.foreign_quorum() {
+            Err(self.taken())
+        } else if self.has_quorum() {
+            validity.ok_or(Error::Expired)
+        } else {
+            Err(self.no_quorum())
+        }
+    }
+
+    /// The outcome of an extend: like acquire, but a quorum of gone keys means the lock expired.
+    pub(crate) fn judge_extend(self, validity: Option<Duration>) -> Result<Duration, Error> {
+        if self.foreign_quorum() {
+            Err(self.taken())
+        } else if self.has_quorum() {
+            validity.ok_or(Error::Expired)
+        } else if self.gone_quorum() {
+            Err(Error::Expired)
+        } else {
+            Err(self.no_quorum())
+        }
+    }
+
+    /// The outcome of an unlock.
+    pub(crate) fn judge_release(self) -> Result<(), Error> {
+        if self.foreign_quorum() {
+            Err(self.taken())
+        } else if self.has_quorum() {
+            Ok(())
+        } else if self.gone_quorum() {
+            Err(Error::Expired)
+        } else {
+            Err(self.no_quorum())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn tally(replies: &[Result<(), NodeErrorKind>]) -> Tally {
+        let mut tally = Tally::new(replies.len());
+        for (node, reply) in replies.iter().enumerate() {
+            tally.add(node, reply.clone());
+        }
+        tally
+    }
+
+    fn timeout() -> NodeErrorKind {
+        NodeErrorKind::Timeout(MS)
+    }
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        let expected = [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4)];
+        for (nodes, needed) in expected {
+            assert_eq!(quorum(nodes), needed, "nodes = {nodes}");
+        }
+    }
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift() {
+        // 8 s expiry, 1 % drift = 80 ms, 20 ms elapsed.
+        let left = validity(8000 * MS, 20 * MS, 0.01);
+        assert_eq!(left, Some(7900 * MS));
+    }
+
+    #[test]
+    fn validity_is_none_when_exhausted_and_never_underflows() {
+        assert_eq!(validity(100 * MS, 99 * MS, 0.01), None, "exactly zero left");
+        assert_eq!(validity(100 * MS, 150 * MS, 0.01), None, "elapsed > expiry");
+        assert_eq!(
+            validity(100 * MS, 99 * MS, 0.5),
+            None,
+            "drift > what is left"
+        );
+        assert_eq!(validity(100 * MS, Duration::MAX, 0.0), None, "huge elapsed");
+    }
+
+    #[test]
+    fn validity_keeps_sub_millisecond_precision() {
+        let left = validity(10 * MS, Duration::from_micros(9_899), 0.01);
+        assert_eq!(left, Some(Duration::from_micros(1)));
+    }
+
+    #[test]
+    fn expiry_on_the_wire_rounds_down_to_whole_milliseconds() {
+        assert_eq!(expiry_millis(Duration::from_micros(1_999)), 1);
+        assert_eq!(expiry_millis(Duration::from_micros(1_000)), 1);
+        assert_eq!(expiry_millis(Duration::from_secs(8)), 8000);
+        assert_eq!(expiry_millis(Duration::from_micros(10)), 1, "at least 1 ms");
+    }
+
+    #[test]
+    fn acquire_needs_quorum_and_validity() {
+        let ok = tally(&[Ok(()), Ok(()), Err(timeout())]);
+        assert_eq!(ok.judge_acquire(Some(5 * MS)).ok(), Some(5 * MS));
+
+        let late = tally(&[Ok(()), Ok(()), Err(timeout())]);
+        assert!(matches!(late.judge_acquire(None), Err(Error::Expired)));
+
+        let short = tally(&[Ok(()), Err(timeout()), Err(timeout())]);
+        match short.judge_acquire(Some(5 * MS)) {
+            Err(Error::NoQuorum {
+                ok,
+                quorum,
+                total,
+                failures,
+            }) => {
+                assert_eq!((ok, quorum, total), (1, 2, 3));
+                let nodes: Vec<usize> = failures.iter().map(|f| f.node).collect();
+                assert_eq!(nodes, [1, 2]);
+            }
+            other => panic!("expected NoQuorum, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn acquire_reports_taken_only_on_a_foreign_quorum() {
+        let taken = tally(&[
+            Err(NodeErrorKind::Taken),
+            Ok(()),
+            Err(NodeErrorKind::Taken),
+            Err(NodeErrorKind::Taken),
+            Err(timeout()),
+        ]);
+        match taken.judge_acquire(Some(MS)) {
+            Err(Error::Taken { nodes }) => assert_eq!(nodes, [0, 2, 3]),
+            other => panic!("expected Taken, got {other:?}"),
+        }
+
+        let split = tally(&[
+            Err(NodeErrorKind::Taken),
+            Ok(()),
+            Err(NodeErrorKind::Taken),
+            Ok(()),
+            Err(timeout()),
+        ]);
+        assert!(matches!(
+            split.judge_acquire(Some(MS)),
+            Err(Error::NoQuorum { ok: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn extend_tells_expired_from_taken_from_no_quorum() {
+        let gone = tally(&[
+            Err(NodeErrorKind::Missing),
+            Err(NodeErrorKind::Taken),
+            Ok(()),
+        ]);
+        assert!(matches!(gone.judge_extend(Some(MS)), Err(Error::Expired)));
+
+        let taken = tally(&[Err(NodeErrorKind::Taken), Err(NodeErrorKind::Taken), Ok(())]);
+        assert!(matches!(
+            taken.judge_extend(Some(MS)),
+            Err(Error::Taken { .. })
+        ));
+
+        let down = tally(&[Err(NodeErrorKind::Missing), Err(timeout()), Ok(())]);
+        assert!(matches!(
+            down.judge_extend(Some(MS)),
+            Err(Error::NoQuorum { ok: 1, .. })
+        ));
+
+        let slow = tally(&[Ok(()), Ok(()), Ok(())]);
+        assert!(matches!(slow.judge_extend(None), Err(Error::Expired)));
+    }
+
+    #[test]
+    fn release_succeeds_on_quorum_only() {
+        assert!(
+            tally(&[Ok(()), Ok(()), Err(timeout())])
+                .judge_release()
+                .is_ok()
+        );
+        assert!(matches!(
+            tally(&[
+                Err(NodeErrorKind::Missing),
+                Err(NodeErrorKind::Missing),
+                Ok(())
+            ])
+            .judge_release(),
+            Err(Error::Expired)
+        ));
+        assert!(matches!(
+            tally(&[Ok(()), Err(timeout()), Err(timeout())]).judge_release(),
+            Err(Error::NoQuorum { .. })
+        ));
+    }
+
+    #[test]
+    fn decided_as_soon_as_the_outcome_cannot_change() {
+        let mut t = Tally::new(5);
+        t.add(0, Ok(()));
+        t.add(1, Ok(()));
+        assert!(!t.decided(), "2 of 5, 3 pending");
+        t.add(2, Ok(()));
+        assert!(t.decided(), "quorum reached");
+
+        let mut t = Tally::new(5);
+        t.add(0, Err(timeout()));
+        t.add(1, Err(NodeErrorKind::Taken));
+        assert!(!t.decided(), "3 pending could still make a quorum");
+        t.add(2, Err(timeout()));
+        assert!(t.decided(), "2 pending can never make 3");
+    }
+
+    #[test]
+    fn close_marks_pending_nodes_and_sorts() {
+        let mut t = Tally::new(3);
+        t.add(2, Err(timeout()));
+        t.add(0, Err(NodeErrorKind::Taken));
+        t.close([1]);
+        let nodes: Vec<usize> = t.failures.iter().map(|f| f.node).collect();
+        assert_eq!(nodes, [0, 1, 2]);
+        assert!(matches!(t.failures[1].kind, NodeErrorKind::NotAwaited));
+    }
+}

@@ -1,0 +1,244 @@
+//! The client: N independent Redis nodes, one shared connection each.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::Error;
+use crate::mutex::Mutex;
+use crate::node::{Node, NodeConnection};
+use crate::redact::redact_url;
+
+/// How long the background connection warm-up waits for a node.
+const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A client over N independent Redis masters.
+///
+/// Holds one multiplexed, auto-reconnecting connection per node, shared by every [`Mutex`] and
+/// [`Lock`](crate::Lock) made from it: create one `Redlock` per process and clone it freely (a clone
+/// is an `Arc` increment).
+///
+/// The nodes must be independent masters: no replication between them, not a Redis Cluster (whose
+/// nodes share a keyspace, so one failover can hand the lock to two owners).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let cluster = testenv::Cluster::start(5);
+/// # let urls = cluster.urls();
+/// use redmutex::Redlock;
+///
+/// // e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", ...]
+/// let redlock = Redlock::connect(urls).await?;
+/// assert_eq!(redlock.len(), 5);
+/// assert_eq!(redlock.quorum(), 3);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    nodes: Arc<[Node]>,
+}
+
+impl Redlock {
+    /// Connects to every node URL (`redis://[[user]:password@]host:port[/db]`, or `rediss://` when
+    /// the redis crate's TLS features are enabled).
+    ///
+    /// Connections are made lazily and re-made after failures, so a node that is down at start-up is
+    /// not an error: a majority is enough to lock, and the node shows up in that call's errors.
+    /// Each connection is a [`ConnectionManager`] without response or connect timeouts of its own;
+    /// redmutex bounds every node call by the mutex's timeout instead.
+    ///
+    /// Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if `urls` is empty or a URL does not parse. The message never contains a
+    /// password.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use redmutex::{Error, Redlock};
+    ///
+    /// let error = Redlock::connect(["redis://:hunter2@127.0.0.1:6379", "not a url"])
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(matches!(error, Error::Config { .. }));
+    /// assert!(!error.to_string().contains("hunter2"));
+    /// # }
+    /// ```
+    pub async fn connect<I>(urls: I) -> Result<Redlock, Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let mut nodes = Vec::new();
+        for (index, url) in urls.into_iter().enumerate() {
+            let url = url.as_ref();
+            let address = redact_url(url);
+            // The redis crate's parse errors are generic; say which URL, without its secrets.
+            let client = redis::Client::open(url).map_err(|_| {
+                Error::config(
+                    format!("urls[{index}]"),
+                    format!("not a valid Redis URL: {address}"),
+                )
+            })?;
+            let config = ConnectionManagerConfig::new()
+                // redmutex's per-node timeout is the only bound on a call (see the type docs).
+                .set_response_timeout(None)
+                .set_connection_timeout(None)
+                // Fail a call at once when the node refuses connections, and try again on the next
+                // call, rather than hold calls in a backoff loop while the node may be back.
+                .set_number_of_retries(0);
+            let manager =
+                ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {
+                    Error::config(format!("urls[{index}]"), format!("{address}: {error}"))
+                })?;
+            nodes.push(Node {
+                connection: NodeConnection::from(manager),
+                address: Some(address),
+            });
+        }
+        let redlock = Redlock::from_nodes(nodes)?;
+        redlock.warm_up();
+        Ok(redlock)
+    }
+
+    /// Builds a client from connections the caller made, one per node, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if there are no connections.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::Redlock;
+    ///
+    /// let mut connections = Vec::new();
+    /// for url in cluster.urls() {
+    ///     connections.push(redis::Client::open(url)?.get_multiplexed_async_connection().await?);
+    /// }
+    /// let redlock = Redlock::new(connections)?;
+    /// assert_eq!(redlock.len(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new<I>(connections: I) -> Result<Redlock, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<NodeConnection>,
+    {
+        let nodes = connections
+            .into_iter()
+            .map(|connection| Node {
+                connection: connection.into(),
+                address: None,
+            })
+            .collect();
+        Redlock::from_nodes(nodes)
+    }
+
+    fn from_nodes(nodes: Vec<Node>) -> Result<Redlock, Error> {
+        if nodes.is_empty() {
+            return Err(Error::config("nodes", "at least one node is required"));
+        }
+        Ok(Redlock {
+            nodes: nodes.into(),
+        })
+    }
+
+    /// Opens the connections in the background, so the first lock does not pay for the handshakes.
+    fn warm_up(&self) {
+        for node in self.nodes.iter() {
+            let mut connection = node.connection.clone();
+            tokio::spawn(async move {
+                // Best effort: a node that is down is reported by the calls that need it. Bounded,
+                // so a paused node does not keep this task alive.
+                let _ = tokio::time::timeout(WARM_UP_TIMEOUT, connection.ping()).await;
+            });
+        }
+    }
+
+    /// A [`Mutex`] for the resource `name`, with default settings (see [`Mutex`] for each).
+    ///
+    /// The name is the Redis key on every node. An invalid name (empty) is reported by the first
+    /// lock operation, before any I/O.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::Redlock;
+    /// use std::time::Duration;
+    ///
+    /// let redlock = Redlock::connect(cluster.urls()).await?;
+    /// let mutex = redlock
+    ///     .new_mutex("book:978-0-13-468599-1")
+    ///     .with_expiry(Duration::from_secs(30));
+    /// assert_eq!(mutex.name(), "book:978-0-13-468599-1");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new_mutex(&self, name: impl Into<String>) -> Mutex {
+        Mutex::new(self.clone(), name.into())
+    }
+
+    /// The number of nodes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// assert_eq!(redlock.len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[allow(clippy::len_without_is_empty)] // a Redlock always has at least one node
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// How many nodes must agree: `len() / 2 + 1`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// let urls = ["redis://127.0.0.1:1/", "redis://127.0.0.1:2/", "redis://127.0.0.1:3/"];
+    /// let redlock = redmutex::Redlock::connect(urls).await?;
+    /// assert_eq!(redlock.quorum(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn quorum(&self) -> usize {
+        crate::quorum::quorum(self.nodes.len())
+    }
+
+    pub(crate) fn nodes(&self) -> &Arc<[Node]> {
+        &self.nodes
+    }
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.nodes)
+            .finish()
+    }
+}

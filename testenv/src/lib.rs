@@ -1,0 +1,42 @@
+//! Real `redis-server` nodes on loopback for redmutex's integration tests, examples and benchmarks.
+//!
+//! A [`Cluster`] is a set of independent Redis masters, each a child `redis-server` process with its
+//! own port, temporary directory and log file, started with persistence off. Each [`Node`] can be
+//! inspected with a plain synchronous client and faulted on purpose: killed, paused (`SIGSTOP`),
+//! resumed and restarted on the same port with empty data. Everything is cleaned up on drop.
+//!
+//! The `redis-server` binary is taken from `REDMUTEX_REDIS_SERVER` if that is set, else from `PATH`
+//! or the usual system directories; if it is missing and we run as root on a Debian-like system,
+//! Debian's package is installed with `apt-get` once (see [`Error::NotFound`] otherwise).
+//!
+//! This crate is for development only: it panics freely in its helpers, because a failing helper
+//! means a broken test environment, and the panic message says what went wrong.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! let cluster = testenv::Cluster::start(3);
+//! assert_eq!(cluster.urls().len(), 3);
+//!
+//! let node = cluster.node(0);
+//! node.set_px("greeting", "hello", Duration::from_secs(5));
+//! assert_eq!(node.get("greeting").as_deref(), Some("hello"));
+//! assert!(node.pttl("greeting") > 0);
+//!
+//! // A restarted node keeps its port but forgets everything, as a node without persistence does.
+//! node.restart();
+//! assert_eq!(node.get("greeting"), None);
+//! ```
+
+mod cluster;
+mod error;
+mod install;
+mod port;
+mod server;
+
+pub use cluster::Cluster;
+pub use error::Error;
+pub use install::redis_server_binary;
+pub use server::Node;

@@ -1,0 +1,514 @@
+//! One `redis-server` process: starting it, checking it is ready, faulting it, inspecting it.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process};
+use tempfile::TempDir;
+
+use crate::error::tail;
+use crate::port::free_port;
+use crate::{Error, redis_server_binary};
+
+/// How long a new process may take to answer `PING`.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between readiness probes.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Bound on one readiness probe, so a wedged process cannot stall the loop past its deadline.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Fresh ports tried by [`Node::start`] when a process exits early (the port was taken meanwhile).
+const START_ATTEMPTS: usize = 5;
+/// How long [`Node::restart`] keeps trying its own port while something else briefly holds it.
+const RESTART_WINDOW: Duration = Duration::from_secs(5);
+/// Connect, read and write timeout of inspection connections: a paused node fails a test, never hangs it.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `pause` and `resume` wait for the kernel to report the new process state.
+const SIGNAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Lines of log quoted in errors.
+const LOG_TAIL_LINES: usize = 30;
+
+const LOG_FILE: &str = "redis.log";
+/// The process's own stdout and stderr: empty unless it fails before opening its log file
+/// (a bad option, say), and then the only place that says why.
+const OUTPUT_FILE: &str = "redis.out";
+
+/// One `redis-server` process on `127.0.0.1`, with its own temporary directory and log file.
+///
+/// Persistence is off (`--save ""`, `--appendonly no`), so a restarted node starts empty, like a
+/// Redlock node restarted without `appendfsync always`. All methods take `&self`, so a node can be
+/// shared between threads or tasks (through the [`Cluster`](crate::Cluster) in an `Arc`).
+///
+/// Dropping the node kills and reaps the process and removes its directory.
+///
+/// The inspection helpers ([`get`](Node::get), [`set`](Node::set), ...) open a new connection per
+/// call, so they work across restarts, and panic with a clear message on any error, including the
+/// 2 s timeout of a paused or killed node.
+pub struct Node {
+    port: u16,
+    binary: PathBuf,
+    dir: TempDir,
+    state: Mutex<State>,
+}
+
+/// What changes when the node is faulted.
+struct State {
+    /// `None` once killed. A child that exited by itself is reaped and set to `None` when noticed,
+    /// so a signal never reaches a recycled pid.
+    child: Option<Child>,
+    /// Set by `pause`, cleared by `resume`, `kill` and `restart`.
+    paused: bool,
+}
+
+/// Why one attempt to start a process failed.
+enum StartFailure {
+    /// The process exited before it was ready, most often because another process took the port
+    /// in between: trying again may help.
+    Exited(Error),
+    /// Anything else: trying again would not help.
+    Fatal(Error),
+}
+
+impl Node {
+    /// Starts a node on a free port and waits until it answers `PING`.
+    pub(crate) fn start() -> Result<Node, Error> {
+        let binary = redis_server_binary()?;
+        let dir = tempfile::Builder::new()
+            .prefix("testenv-redis-")
+            .tempdir()
+            .map_err(|e| Error::io("creating a temporary directory for redis-server", e))?;
+        let mut attempt = 1;
+        loop {
+            let port = free_port()?;
+            match spawn_ready(&binary, port, dir.path()) {
+                Ok(child) => {
+                    return Ok(Node {
+                        port,
+                        binary,
+                        dir,
+                        state: Mutex::new(State {
+                            child: Some(child),
+                            paused: false,
+                        }),
+                    });
+                }
+                Err(StartFailure::Exited(_)) if attempt < START_ATTEMPTS => attempt += 1,
+                Err(StartFailure::Exited(e) | StartFailure::Fatal(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// The TCP port on `127.0.0.1`; it never changes, even across [`restart`](Node::restart).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The node's URL, `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The pid of the current process, or `None` if it is not running.
+    pub fn pid(&self) -> Option<u32> {
+        let mut state = self.lock();
+        state.reap_if_exited();
+        state.child.as_ref().map(Child::id)
+    }
+
+    /// The node's log file (kept across restarts, removed on drop).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join(LOG_FILE)
+    }
+
+    /// Kills the process with `SIGKILL` and reaps it; does nothing if it is not running.
+    ///
+    /// Its port refuses connections afterwards, until [`restart`](Node::restart).
+    pub fn kill(&self) {
+        self.lock().stop_child();
+    }
+
+    /// Freezes the process with `SIGSTOP`, and waits until the kernel reports it stopped.
+    ///
+    /// Connections stay open and new ones are still accepted by the kernel, but nothing is answered:
+    /// the fault of a node stuck in a long GC pause or swapped out.
+    ///
+    /// # Panics
+    ///
+    /// If the node is not running: pausing a dead node is a mistake in the test.
+    pub fn pause(&self) {
+        let mut state = self.lock();
+        let pid = state.running_pid().unwrap_or_else(|| {
+            panic!(
+                "testenv: cannot pause node on port {}: it is not running",
+                self.port
+            )
+        });
+        send_signal(pid, Signal::STOP, self.port);
+        wait_for_process_state(pid, true, self.port);
+        state.paused = true;
+    }
+
+    /// Lets a paused process go on with `SIGCONT`; does nothing if it is not running.
+    ///
+    /// Requests sent while it was paused are answered now.
+    pub fn resume(&self) {
+        let mut state = self.lock();
+        if let Some(pid) = state.running_pid() {
+            send_signal(pid, Signal::CONT, self.port);
+            wait_for_process_state(pid, false, self.port);
+        }
+        state.paused = false;
+    }
+
+    /// Kills the process if it runs, then starts a new one on the same port with empty data, and
+    /// waits until it answers `PING`.
+    ///
+    /// Clients holding the node's URL can reconnect. If the port is briefly held by something
+    /// else, this keeps trying for up to 5 s.
+    ///
+    /// # Panics
+    ///
+    /// If the new process does not become ready; the message quotes the log.
+    pub fn restart(&self) {
+        let mut state = self.lock();
+        state.stop_child();
+        let deadline = Instant::now() + RESTART_WINDOW;
+        loop {
+            match spawn_ready(&self.binary, self.port, self.dir.path()) {
+                Ok(child) => {
+                    state.child = Some(child);
+                    return;
+                }
+                Err(StartFailure::Exited(_)) if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(StartFailure::Exited(e) | StartFailure::Fatal(e)) => {
+                    panic!("testenv: restarting node on port {}: {e}", self.port)
+                }
+            }
+        }
+    }
+
+    /// Whether the process is alive (a paused process is alive).
+    pub fn is_running(&self) -> bool {
+        let mut state = self.lock();
+        state.reap_if_exited();
+        state.child.is_some()
+    }
+
+    /// Opens a plain synchronous connection for inspection, with connect, read and write
+    /// timeouts of 2 s.
+    ///
+    /// # Panics
+    ///
+    /// If the connection cannot be made within the timeout.
+    pub fn connection(&self) -> redis::Connection {
+        let fail = |e: redis::RedisError| -> ! {
+            panic!("testenv: connecting to node at {}: {e}", self.url())
+        };
+        let client = redis::Client::open(self.url()).unwrap_or_else(|e| fail(e));
+        let con = client
+            .get_connection_with_timeout(CLIENT_TIMEOUT)
+            .unwrap_or_else(|e| fail(e));
+        con.set_read_timeout(Some(CLIENT_TIMEOUT))
+            .unwrap_or_else(|e| fail(e));
+        con.set_write_timeout(Some(CLIENT_TIMEOUT))
+            .unwrap_or_else(|e| fail(e));
+        con
+    }
+
+    /// `GET key`: the value, or `None` if the key does not exist.
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.query(&format!("GET {key}"), redis::cmd("GET").arg(key))
+    }
+
+    /// `SET key value`, with no expiry.
+    pub fn set(&self, key: &str, value: &str) {
+        self.query::<()>(&format!("SET {key}"), redis::cmd("SET").arg(key).arg(value));
+    }
+
+    /// `SET key value PX ttl`, with `ttl` in whole milliseconds (it must be at least 1 ms).
+    pub fn set_px(&self, key: &str, value: &str, ttl: Duration) {
+        let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self.query::<()>(
+            &format!("SET {key} PX {millis}"),
+            redis::cmd("SET").arg(key).arg(value).arg("PX").arg(millis),
+        );
+    }
+
+    /// `PTTL key`, the raw reply: milliseconds left, `-1` if the key has no expiry, `-2` if it does
+    /// not exist.
+    pub fn pttl(&self, key: &str) -> i64 {
+        self.query(&format!("PTTL {key}"), redis::cmd("PTTL").arg(key))
+    }
+
+    /// `EXISTS key`.
+    pub fn exists(&self, key: &str) -> bool {
+        let count: i64 = self.query(&format!("EXISTS {key}"), redis::cmd("EXISTS").arg(key));
+        count > 0
+    }
+
+    /// `DEL key`; deleting a missing key is not an error.
+    pub fn del(&self, key: &str) {
+        self.query::<i64>(&format!("DEL {key}"), redis::cmd("DEL").arg(key));
+    }
+
+    /// `DBSIZE`: the number of keys.
+    pub fn dbsize(&self) -> i64 {
+        self.query("DBSIZE", &redis::cmd("DBSIZE"))
+    }
+
+    /// Runs one command on a new connection, panicking with `what` and the error on failure.
+    fn query<T: redis::FromRedisValue>(&self, what: &str, cmd: &redis::Cmd) -> T {
+        let mut con = self.connection();
+        cmd.query(&mut con)
+            .unwrap_or_else(|e| panic!("testenv: {what} on node at {}: {e}", self.url()))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A test that panicked mid-call must not stop the others (or `Drop`) from using the node.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// Reaps the child if it exited by itself.
+    fn reap_if_exited(&mut self) {
+        if let Some(child) = &mut self.child {
+            // An error here means the child is already gone: treat it like an exit.
+            if !matches!(child.try_wait(), Ok(None)) {
+                self.child = None;
+                self.paused = false;
+            }
+        }
+    }
+
+    /// The pid of the child, if it is still running.
+    fn running_pid(&mut self) -> Option<Pid> {
+        self.reap_if_exited();
+        self.child.as_ref().map(Pid::from_child)
+    }
+
+    /// Kills and reaps the child, if any.
+    fn stop_child(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if self.paused {
+            // SIGKILL works on a stopped process too, but a running one dies the ordinary way.
+            let _ = kill_process(Pid::from_child(&child), Signal::CONT);
+            self.paused = false;
+        }
+        // Errors mean the child already exited; `wait` still reaps it.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.state
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop_child();
+        // `dir` is removed after this, once the process no longer writes to it.
+    }
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Node")
+            .field("port", &self.port)
+            .field("pid", &state.child.as_ref().map(Child::id))
+            .field("paused", &state.paused)
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+/// Spawns `redis-server` on `port` and waits until it is ready.
+fn spawn_ready(binary: &Path, port: u16, dir: &Path) -> Result<Child, StartFailure> {
+    let log = dir.join(LOG_FILE);
+    let output = File::options()
+        .create(true)
+        .append(true)
+        .open(dir.join(OUTPUT_FILE))
+        .map_err(|e| StartFailure::Fatal(Error::io("opening the redis-server output file", e)))?;
+    let output_err = output
+        .try_clone()
+        .map_err(|e| StartFailure::Fatal(Error::io("duplicating a file handle", e)))?;
+    let mut child = Command::new(binary)
+        .arg("--port")
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(&log)
+        .args(["--daemonize", "no", "--loglevel", "notice"])
+        .stdin(Stdio::null())
+        .stdout(output)
+        .stderr(output_err)
+        .spawn()
+        .map_err(|e| StartFailure::Fatal(Error::io(format!("spawning {}", binary.display()), e)))?;
+
+    match wait_ready(&mut child, port) {
+        Ok(()) => Ok(child),
+        Err(Readiness::Exited(reason)) => {
+            let _ = child.wait();
+            Err(StartFailure::Exited(start_error(port, reason, dir)))
+        }
+        Err(Readiness::TimedOut(reason)) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(StartFailure::Fatal(start_error(port, reason, dir)))
+        }
+    }
+}
+
+/// Why a process never became ready.
+enum Readiness {
+    Exited(String),
+    TimedOut(String),
+}
+
+/// Probes the port until our own process answers, it exits, or the deadline passes.
+fn wait_ready(child: &mut Child, port: u16) -> Result<(), Readiness> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Err(Readiness::Exited(format!("exited early ({status})"))),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(Readiness::Exited(format!(
+                    "could not check the process: {e}"
+                )));
+            }
+        }
+        let last_probe = match probe(port) {
+            // The pid check rules out another server that took the port between our pick and
+            // our bind: it would answer PING too, while ours is about to exit.
+            Ok(pid) if pid == child.id() => return Ok(()),
+            Ok(pid) => format!("another process (pid {pid}) answers on the port"),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(Readiness::TimedOut(format!(
+                "not ready after {READY_TIMEOUT:?}; last probe: {last_probe}"
+            )));
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Sends `PING` and `INFO server` over plain TCP; returns the server's pid if it answered `+PONG`.
+fn probe(port: u16) -> io::Result<u32> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+    stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    stream.write_all(b"PING\r\nINFO server\r\n")?;
+
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // INFO server is a few kilobytes; the cap keeps a misbehaving peer from growing this forever.
+    while reply.len() < 64 * 1024 {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if reply.len() >= 7 && !text.starts_with("+PONG\r\n") {
+            let first_line = text.lines().next().unwrap_or_default();
+            return Err(io::Error::other(format!("PING answered {first_line:?}")));
+        }
+        if let Some(pid) = parse_process_id(&text) {
+            return Ok(pid);
+        }
+    }
+    Err(io::Error::other(
+        "connection closed before a full PING and INFO reply",
+    ))
+}
+
+/// Finds `process_id:N` in an `INFO` reply, once its line is complete.
+fn parse_process_id(info: &str) -> Option<u32> {
+    let rest = &info[info.find("\r\nprocess_id:")? + "\r\nprocess_id:".len()..];
+    let end = rest.find("\r\n")?;
+    rest[..end].trim().parse().ok()
+}
+
+fn start_error(port: u16, reason: String, dir: &Path) -> Error {
+    let log = dir.join(LOG_FILE);
+    let mut log_tail = fs::read_to_string(&log)
+        .map(|text| tail(&text, LOG_TAIL_LINES))
+        .unwrap_or_else(|e| format!("(no log: {e})"));
+    let output = fs::read_to_string(dir.join(OUTPUT_FILE)).unwrap_or_default();
+    if !output.trim().is_empty() {
+        log_tail.push_str("\n--- process output ---\n");
+        log_tail.push_str(&tail(&output, LOG_TAIL_LINES));
+    }
+    Error::Start {
+        port,
+        reason,
+        log,
+        log_tail,
+    }
+}
+
+fn send_signal(pid: Pid, signal: Signal, port: u16) {
+    kill_process(pid, signal).unwrap_or_else(|e| {
+        panic!("testenv: sending {signal:?} to node on port {port} (pid {pid:?}): {e}")
+    });
+}
+
+/// Waits until `/proc` reports the process stopped (or not), so the fault is in force on return.
+fn wait_for_process_state(pid: Pid, stopped: bool, port: u16) {
+    let deadline = Instant::now() + SIGNAL_TIMEOUT;
+    while is_stopped(pid) != stopped {
+        if Instant::now() >= deadline {
+            panic!(
+                "testenv: node on port {port} (pid {pid:?}) did not change state after a signal"
+            );
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether the process is in the stopped state (`T`), per `/proc/PID/stat`.
+fn is_stopped(pid: Pid) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may itself hold spaces.
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_some_and(|state| state == "T")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_pid_from_info() {
+        let info =
+            "+PONG\r\n$100\r\n# Server\r\nredis_version:7.0.0\r\nprocess_id:4242\r\nrun_id:x\r\n";
+        assert_eq!(parse_process_id(info), Some(4242));
+    }
+
+    #[test]
+    fn waits_for_the_end_of_the_pid_line() {
+        assert_eq!(parse_process_id("# Server\r\nprocess_id:42"), None);
+        assert_eq!(parse_process_id("# Server\r\n"), None);
+    }
+}

@@ -1,0 +1,290 @@
+//! Acquiring: quorum, validity, retries, and what a failed attempt leaves behind.
+
+mod support;
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use redmutex::{Error, NodeErrorKind, Redlock};
+use support::{client, holders, present, quick};
+use testenv::Cluster;
+
+#[tokio::test]
+async fn lock_sets_the_value_on_every_node_with_the_expiry() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "acquire:basic");
+    let before = Instant::now();
+    let lock = mutex.lock().await.expect("free lock");
+
+    assert_eq!(
+        holders(&cluster, "acquire:basic", lock.value()),
+        [0, 1, 2, 3, 4]
+    );
+    for node in cluster.nodes() {
+        let pttl = node.pttl("acquire:basic");
+        assert!((1..=2000).contains(&pttl), "PTTL {pttl}");
+    }
+    // validity <= start + expiry - drift (1 % of 2 s = 20 ms)
+    assert!(lock.valid_until() <= before + Duration::from_millis(1980));
+    assert!(lock.valid_until() > Instant::now());
+    assert_eq!(lock.name(), "acquire:basic");
+}
+
+#[tokio::test]
+async fn expiry_is_sent_in_whole_milliseconds_rounded_down() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = redlock
+        .new_mutex("acquire:millis")
+        .with_expiry(Duration::from_micros(1_500_900));
+    let _lock = mutex.try_lock().await.expect("free lock");
+    for node in cluster.nodes() {
+        let pttl = node.pttl("acquire:millis");
+        assert!((1400..=1500).contains(&pttl), "PTTL {pttl} for 1500.9 ms");
+    }
+}
+
+#[tokio::test]
+async fn a_held_name_is_taken_for_everyone_else() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let other_client = client(&cluster).await;
+    let first = quick(&redlock, "acquire:twice")
+        .lock()
+        .await
+        .expect("free lock");
+
+    match quick(&other_client, "acquire:twice").try_lock().await {
+        Err(Error::Taken { nodes }) => assert_eq!(nodes, [0, 1, 2, 3, 4]),
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    // lock() retries, then returns the last attempt's error.
+    assert!(matches!(
+        quick(&other_client, "acquire:twice").lock().await,
+        Err(Error::Taken { .. })
+    ));
+    assert_eq!(holders(&cluster, "acquire:twice", first.value()).len(), 5);
+}
+
+/// Every subset of pre-taken nodes, for every cluster size up to 5: success exactly when the free
+/// nodes form a quorum, and a failure leaves no key of ours anywhere.
+#[tokio::test]
+async fn every_subset_of_taken_nodes() {
+    for n in 1..=5usize {
+        let cluster = Cluster::start(n);
+        let redlock = client(&cluster).await;
+        let quorum = n / 2 + 1;
+        assert_eq!(redlock.quorum(), quorum);
+        for mask in 0u32..(1 << n) {
+            let name = format!("acquire:mask:{n}:{mask}");
+            let taken: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
+            for &i in &taken {
+                cluster
+                    .node(i)
+                    .set_px(&name, "someone-else", Duration::from_secs(10));
+            }
+            let free = n - taken.len();
+            let result = quick(&redlock, &name).with_tries(1).lock().await;
+            match result {
+                Ok(lock) => {
+                    assert!(
+                        free >= quorum,
+                        "n={n} mask={mask:b}: locked with {free} free"
+                    );
+                    let mine = holders(&cluster, &name, lock.value());
+                    let expected: Vec<usize> = (0..n).filter(|i| !taken.contains(i)).collect();
+                    assert_eq!(mine, expected, "n={n} mask={mask:b}");
+                    lock.unlock().await.expect("unlock");
+                }
+                Err(error) => {
+                    assert!(
+                        free < quorum,
+                        "n={n} mask={mask:b}: failed with {free} free: {error}"
+                    );
+                    if taken.len() >= quorum {
+                        assert!(matches!(&error, Error::Taken { nodes } if *nodes == taken));
+                    } else {
+                        assert!(matches!(error, Error::NoQuorum { .. }), "{error:?}");
+                    }
+                    // Only the other owner's keys remain.
+                    assert_eq!(present(&cluster, &name), taken, "n={n} mask={mask:b}");
+                }
+            }
+            for &i in &taken {
+                assert_eq!(cluster.node(i).get(&name).as_deref(), Some("someone-else"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn no_validity_left_means_expired_and_released() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    // 5 ms expiry with 99 % drift leaves 50 us: less than any round trip.
+    let mutex = redlock
+        .new_mutex("acquire:expired")
+        .with_expiry(Duration::from_millis(5))
+        .with_drift_factor(0.99)
+        .with_timeout_factor(0.99);
+    assert!(matches!(mutex.try_lock().await, Err(Error::Expired)));
+    assert!(present(&cluster, "acquire:expired").is_empty());
+}
+
+#[tokio::test]
+async fn retries_are_bounded_and_numbered_from_one() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let _held = quick(&redlock, "acquire:retries")
+        .lock()
+        .await
+        .expect("free lock");
+
+    let seen = Arc::new(StdMutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let mutex = quick(&redlock, "acquire:retries")
+        .with_tries(4)
+        .with_retry_delay_fn(move |attempt| {
+            record.lock().expect("not poisoned").push(attempt);
+            Duration::from_millis(1)
+        });
+    assert!(matches!(mutex.lock().await, Err(Error::Taken { .. })));
+    assert_eq!(*seen.lock().expect("not poisoned"), [1, 2, 3]);
+}
+
+#[tokio::test]
+async fn lock_waits_for_a_release() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let held = quick(&redlock, "acquire:wait")
+        .lock()
+        .await
+        .expect("free lock");
+    let waiter = {
+        let mutex = quick(&redlock, "acquire:wait").with_tries(200);
+        tokio::spawn(async move { mutex.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.unlock().await.expect("unlock");
+    let lock = waiter
+        .await
+        .expect("no panic")
+        .expect("acquired after release");
+    assert_eq!(holders(&cluster, "acquire:wait", lock.value()).len(), 3);
+}
+
+#[tokio::test]
+async fn fail_fast_locks_and_reports_the_same_errors() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "acquire:fast").with_fail_fast(true);
+    let lock = mutex.lock().await.expect("free lock");
+    // Calls still in flight after the quorum finish in the background: the key lands everywhere.
+    support::eventually("the key is on all 5 nodes", || {
+        holders(&cluster, "acquire:fast", lock.value()).len() == 5
+    })
+    .await;
+    assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
+    lock.unlock().await.expect("unlock");
+    assert!(present(&cluster, "acquire:fast").is_empty());
+}
+
+#[tokio::test]
+async fn fail_fast_failure_releases_everything() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    for i in [0, 1] {
+        cluster
+            .node(i)
+            .set_px("acquire:fast-fail", "other", Duration::from_secs(10));
+    }
+    cluster.node(2).pause();
+    let result = quick(&redlock, "acquire:fast-fail")
+        .with_fail_fast(true)
+        .try_lock()
+        .await;
+    assert!(matches!(result, Err(Error::NoQuorum { .. })), "{result:?}");
+    cluster.node(2).resume();
+    support::eventually("only the other owner's keys remain", || {
+        present(&cluster, "acquire:fast-fail") == [0, 1]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn value_fn_and_shuffle_are_used() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "acquire:custom")
+        .with_shuffle_nodes(true)
+        .with_value_fn(|| "fixed-for-test".to_owned());
+    let lock = mutex.lock().await.expect("free lock");
+    assert_eq!(lock.value(), "fixed-for-test");
+    assert_eq!(
+        holders(&cluster, "acquire:custom", "fixed-for-test").len(),
+        5
+    );
+}
+
+#[tokio::test]
+async fn node_errors_keep_index_and_reason() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    // A key of another type counts as taken (SET NX only checks existence); a killed node is an error.
+    redis::cmd("HSET")
+        .arg("acquire:typed")
+        .arg("f")
+        .arg("v")
+        .exec(&mut cluster.node(0).connection())
+        .expect("HSET");
+    cluster.node(1).kill();
+    let result = quick(&redlock, "acquire:typed").try_lock().await;
+    let Err(Error::NoQuorum {
+        ok,
+        quorum,
+        total,
+        failures,
+    }) = result
+    else {
+        panic!("expected NoQuorum, got {result:?}");
+    };
+    assert_eq!((ok, quorum, total), (1, 2, 3));
+    assert_eq!(failures.len(), 2);
+    assert_eq!(failures[0].node, 0);
+    assert!(
+        matches!(failures[0].kind, NodeErrorKind::Taken),
+        "{:?}",
+        failures[0]
+    );
+    assert_eq!(failures[1].node, 1);
+    assert!(
+        matches!(failures[1].kind, NodeErrorKind::Redis(_)),
+        "{:?}",
+        failures[1]
+    );
+    // Unlock through a later lock works on the surviving node: nothing of ours is left.
+    assert!(!cluster.node(2).exists("acquire:typed"));
+}
+
+#[tokio::test]
+async fn a_client_from_own_connections_locks_too() {
+    let cluster = Cluster::start(3);
+    let mut connections = Vec::new();
+    for url in cluster.urls() {
+        let client = redis::Client::open(url).expect("valid URL");
+        connections.push(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("node is up"),
+        );
+    }
+    let redlock = Redlock::new(connections).expect("three connections");
+    let lock = quick(&redlock, "acquire:own")
+        .lock()
+        .await
+        .expect("free lock");
+    assert_eq!(holders(&cluster, "acquire:own", lock.value()).len(), 3);
+    lock.unlock().await.expect("unlock");
+}

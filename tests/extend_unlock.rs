@@ -1,0 +1,264 @@
+//! Extend and unlock: compare-and-act on our own value only.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redmutex::{Error, NodeErrorKind};
+use support::{client, eventually, holders, present, quick};
+use testenv::Cluster;
+
+#[tokio::test]
+async fn extend_moves_pttl_and_valid_until() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let lock = quick(&redlock, "extend:moves")
+        .lock()
+        .await
+        .expect("free lock");
+    let first_until = lock.valid_until();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pttl_before = cluster.node(0).pttl("extend:moves");
+    assert!(pttl_before <= 1700, "PTTL {pttl_before} has decayed");
+
+    let start = Instant::now();
+    lock.extend().await.expect("extend a held lock");
+    assert!(lock.valid_until() > first_until);
+    assert!(lock.valid_until() <= start + Duration::from_millis(1980));
+    for node in cluster.nodes() {
+        let pttl = node.pttl("extend:moves");
+        assert!(pttl > 1900, "PTTL {pttl} after extend");
+    }
+}
+
+#[tokio::test]
+async fn extend_after_expiry_fails_and_recreates_nothing() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "extend:late").with_expiry(Duration::from_millis(100));
+    let lock = mutex.lock().await.expect("free lock");
+    eventually("the keys expire", || {
+        present(&cluster, "extend:late").is_empty()
+    })
+    .await;
+    let until = lock.valid_until();
+    assert!(matches!(lock.extend().await, Err(Error::Expired)));
+    assert!(
+        present(&cluster, "extend:late").is_empty(),
+        "extend re-created a key"
+    );
+    assert_eq!(lock.valid_until(), until, "a failed extend moves nothing");
+}
+
+#[tokio::test]
+async fn extend_and_unlock_never_touch_a_new_owner() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "extend:foreign").with_expiry(Duration::from_millis(100));
+    let stale = mutex.lock().await.expect("free lock");
+    eventually("the keys expire", || {
+        present(&cluster, "extend:foreign").is_empty()
+    })
+    .await;
+    let owner = quick(&redlock, "extend:foreign")
+        .lock()
+        .await
+        .expect("expired lock is free");
+    let pttls: Vec<i64> = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.pttl("extend:foreign"))
+        .collect();
+
+    assert!(matches!(stale.extend().await, Err(Error::Taken { nodes }) if nodes.len() == 5));
+    assert!(matches!(stale.unlock().await, Err(Error::Taken { nodes }) if nodes.len() == 5));
+
+    assert_eq!(holders(&cluster, "extend:foreign", owner.value()).len(), 5);
+    for (node, before) in cluster.nodes().iter().zip(pttls) {
+        assert!(
+            node.pttl("extend:foreign") <= before,
+            "the new owner's expiry was extended"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unlock_of_an_expired_lock_says_expired() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "unlock:expired").with_expiry(Duration::from_millis(100));
+    let lock = mutex.lock().await.expect("free lock");
+    eventually("the keys expire", || {
+        present(&cluster, "unlock:expired").is_empty()
+    })
+    .await;
+    assert!(matches!(lock.unlock().await, Err(Error::Expired)));
+}
+
+#[tokio::test]
+async fn extend_with_a_minority_of_nodes_succeeds_and_with_a_majority_down_fails() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let lock = quick(&redlock, "extend:minority")
+        .lock()
+        .await
+        .expect("free lock");
+    cluster.node(0).kill();
+    cluster.node(1).kill();
+    lock.extend().await.expect("3 of 5 nodes suffice");
+
+    cluster.node(2).kill();
+    let until = lock.valid_until();
+    match lock.extend().await {
+        Err(Error::NoQuorum { ok, failures, .. }) => {
+            assert_eq!(ok, 2);
+            let nodes: Vec<usize> = failures.iter().map(|f| f.node).collect();
+            assert_eq!(nodes, [0, 1, 2]);
+            assert!(
+                failures
+                    .iter()
+                    .all(|f| matches!(f.kind, NodeErrorKind::Redis(_)))
+            );
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert_eq!(lock.valid_until(), until);
+    // A failed extend does not release: the surviving nodes still hold our value.
+    assert_eq!(holders(&cluster, "extend:minority", lock.value()), [3, 4]);
+}
+
+#[tokio::test]
+async fn extend_of_a_minority_lock_fails() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let lock = quick(&redlock, "extend:lost")
+        .lock()
+        .await
+        .expect("free lock");
+    // Three nodes lost the key (as after restarts without persistence).
+    for i in 0..3 {
+        cluster.node(i).del("extend:lost");
+    }
+    assert!(matches!(lock.extend().await, Err(Error::Expired)));
+    assert!(
+        !cluster.node(0).exists("extend:lost"),
+        "extend must not re-create keys"
+    );
+}
+
+#[tokio::test]
+async fn unlock_removes_every_key_and_ends_all_clones() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let lock = quick(&redlock, "unlock:clones")
+        .lock()
+        .await
+        .expect("free lock");
+    let clone = lock.clone();
+    clone.unlock().await.expect("unlock");
+    assert!(present(&cluster, "unlock:clones").is_empty());
+    assert!(lock.valid_until() <= Instant::now());
+
+    // No I/O after unlock: even with every node paused these return at once.
+    for node in cluster.nodes() {
+        node.pause();
+    }
+    assert!(matches!(lock.unlock().await, Err(Error::Unlocked)));
+    assert!(matches!(lock.extend().await, Err(Error::Unlocked)));
+    assert!(matches!(clone.extend().await, Err(Error::Unlocked)));
+    for node in cluster.nodes() {
+        node.resume();
+    }
+}
+
+#[tokio::test]
+async fn adopt_then_unlock_and_extend() {
+    let cluster = Cluster::start(3);
+    let owner = client(&cluster).await;
+    let heir = client(&cluster).await;
+    let lock = quick(&owner, "unlock:adopt")
+        .lock()
+        .await
+        .expect("free lock");
+
+    let adopted = quick(&heir, "unlock:adopt").adopt(lock.value());
+    assert!(
+        adopted.valid_until() <= Instant::now(),
+        "not valid until extended"
+    );
+    adopted.extend().await.expect("adopted lock extends");
+    assert!(adopted.valid_until() > Instant::now());
+    adopted.unlock().await.expect("adopted lock unlocks");
+    assert!(present(&cluster, "unlock:adopt").is_empty());
+
+    // Adopting the wrong value changes nothing.
+    let lock = quick(&owner, "unlock:adopt")
+        .lock()
+        .await
+        .expect("free again");
+    let imposter = quick(&heir, "unlock:adopt").adopt("not-the-value");
+    assert!(matches!(imposter.unlock().await, Err(Error::Taken { .. })));
+    assert_eq!(holders(&cluster, "unlock:adopt", lock.value()).len(), 3);
+}
+
+#[tokio::test]
+async fn adopting_an_empty_value_is_a_config_error() {
+    let cluster = Cluster::start(1);
+    let redlock = client(&cluster).await;
+    let lock = quick(&redlock, "unlock:empty").adopt("");
+    assert!(matches!(lock.unlock().await, Err(Error::Config { field, .. }) if field == "value"));
+    assert!(matches!(lock.extend().await, Err(Error::Config { .. })));
+}
+
+#[tokio::test]
+async fn dropping_the_last_clone_releases_in_the_background() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let lock = quick(&redlock, "unlock:drop")
+        .lock()
+        .await
+        .expect("free lock");
+    let clone = lock.clone();
+    drop(lock);
+    // One clone is still alive: nothing is released.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(present(&cluster, "unlock:drop").len(), 3);
+    drop(clone);
+    eventually("the dropped lock is released", || {
+        present(&cluster, "unlock:drop").is_empty()
+    })
+    .await;
+
+    // An adopted handle is owned the same way.
+    let lock = quick(&redlock, "unlock:drop")
+        .lock()
+        .await
+        .expect("free again");
+    let value = lock.value().to_owned();
+    std::mem::forget(lock);
+    drop(quick(&redlock, "unlock:drop").adopt(value));
+    eventually("the adopted lock is released", || {
+        present(&cluster, "unlock:drop").is_empty()
+    })
+    .await;
+}
+
+#[test]
+fn dropping_without_a_runtime_does_not_panic() {
+    let cluster = Cluster::start(1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let lock = runtime.block_on(async {
+        let redlock = client(&cluster).await;
+        quick(&redlock, "unlock:no-runtime")
+            .lock()
+            .await
+            .expect("free lock")
+    });
+    drop(runtime);
+    drop(lock); // no runtime: the key is left to expire
+    let pttl = cluster.node(0).pttl("unlock:no-runtime");
+    assert!(pttl > 0 && pttl <= 2000, "PTTL {pttl}");
+}

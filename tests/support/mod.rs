@@ -1,0 +1,52 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::time::Duration;
+
+use redmutex::{Mutex, Redlock};
+use testenv::Cluster;
+
+/// A client over every node of `cluster`.
+pub async fn client(cluster: &Cluster) -> Redlock {
+    Redlock::connect(cluster.urls())
+        .await
+        .expect("valid URLs connect")
+}
+
+/// A mutex with a short expiry (2 s, so 100 ms per node) and quick retries, for tests that must
+/// finish in seconds.
+pub fn quick(redlock: &Redlock, name: &str) -> Mutex {
+    redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(2))
+        .with_retry_delay(Duration::from_millis(5))
+        .with_tries(3)
+}
+
+/// The running nodes (indices) where `name` holds `value`.
+pub fn holders(cluster: &Cluster, name: &str, value: &str) -> Vec<usize> {
+    (0..cluster.len())
+        .filter(|&i| cluster.node(i).is_running())
+        .filter(|&i| cluster.node(i).get(name).as_deref() == Some(value))
+        .collect()
+}
+
+/// The running nodes (indices) where `name` exists at all.
+pub fn present(cluster: &Cluster, name: &str) -> Vec<usize> {
+    (0..cluster.len())
+        .filter(|&i| cluster.node(i).is_running())
+        .filter(|&i| cluster.node(i).exists(name))
+        .collect()
+}
+
+/// Waits (bounded) until `condition` holds; background releases take a moment.
+pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
