@@ -1,0 +1,75 @@
+//! Dropping a `lock()` future at any point must not keep others out past the expiry.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{client, eventually, present, quick};
+use testenv::Cluster;
+
+/// Cancels `lock()` after 0, 50, 100, ... microseconds, so the drop lands before the SETs are sent,
+/// while they are in flight, during the release of a failed attempt and during the retry delay.
+/// Each time a second locker must get in well within the expiry.
+#[tokio::test]
+async fn a_cancelled_lock_lets_the_next_locker_in() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let other = client(&cluster).await;
+    // Half of the rounds contend with a holder, so cancellation also hits retries and releases.
+    for round in 0..40u64 {
+        let name = format!("cancel:{round}");
+        let holder = if round % 2 == 1 {
+            Some(quick(&other, &name).lock().await.expect("free lock"))
+        } else {
+            None
+        };
+        let mutex = quick(&redlock, &name).with_tries(100);
+        let cut = Duration::from_micros(50 * (round / 2));
+        let _ = tokio::time::timeout(cut, mutex.lock()).await;
+        if let Some(holder) = holder {
+            holder.unlock().await.expect("the holder still holds it");
+        }
+        let start = Instant::now();
+        let next = quick(&other, &name)
+            .with_tries(400)
+            .lock()
+            .await
+            .expect("the next locker gets in");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "round {round}: waited for expiry"
+        );
+        next.unlock().await.expect("unlock");
+    }
+}
+
+/// Without any contention, a cancelled acquisition is released in the background at once, long
+/// before its keys would expire.
+#[tokio::test]
+async fn a_cancelled_lock_is_released_in_the_background() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = redlock
+        .new_mutex("cancel:background")
+        .with_expiry(Duration::from_secs(60));
+    let mut cancelled_in_flight = 0;
+    for micros in (0..2000).step_by(20) {
+        let result = tokio::time::timeout(Duration::from_micros(micros), mutex.lock()).await;
+        match result {
+            Ok(lock) => {
+                lock.expect("free lock").unlock().await.expect("unlock");
+            }
+            Err(_) => {
+                if !present(&cluster, "cancel:background").is_empty() {
+                    cancelled_in_flight += 1;
+                }
+                eventually("the cancelled acquisition is released", || {
+                    present(&cluster, "cancel:background").is_empty()
+                })
+                .await;
+            }
+        }
+    }
+    // Not required for the test to be meaningful on every machine, but report it.
+    println!("{cancelled_in_flight} cancellations left keys that the guard then released");
+}

@@ -1,0 +1,183 @@
+//! Bad input gets a clear error before any I/O, never a panic; passwords never leak.
+
+mod support;
+
+use std::time::Duration;
+
+use redmutex::{Error, NodeErrorKind, Redlock};
+use support::client;
+use testenv::Cluster;
+
+fn total_commands(cluster: &Cluster) -> Vec<u64> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            let info: String = redis::cmd("INFO")
+                .arg("stats")
+                .query(&mut node.connection())
+                .expect("INFO");
+            info.lines()
+                .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                .and_then(|n| n.trim().parse().ok())
+                .expect("INFO stats has total_commands_processed")
+        })
+        .collect()
+}
+
+fn field(result: Result<impl std::fmt::Debug, Error>) -> String {
+    match result {
+        Err(Error::Config { field, .. }) => field,
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn invalid_settings_fail_before_any_io() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = redlock.new_mutex("config:ok");
+    // Let the connection warm-up finish so it is not counted.
+    drop(mutex.lock().await.expect("valid settings lock"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = total_commands(&cluster);
+
+    assert_eq!(field(redlock.new_mutex("").lock().await), "name");
+    assert_eq!(
+        field(mutex.clone().with_expiry(Duration::ZERO).lock().await),
+        "expiry"
+    );
+    assert_eq!(
+        field(
+            mutex
+                .clone()
+                .with_expiry(Duration::from_micros(999))
+                .try_lock()
+                .await
+        ),
+        "expiry"
+    );
+    assert_eq!(field(mutex.clone().with_tries(0).lock().await), "tries");
+    for bad in [-0.01, 1.0, f64::NAN] {
+        assert_eq!(
+            field(mutex.clone().with_drift_factor(bad).lock().await),
+            "drift_factor"
+        );
+    }
+    for bad in [0.0, 1.0, 7.0] {
+        assert_eq!(
+            field(mutex.clone().with_timeout_factor(bad).lock().await),
+            "timeout_factor"
+        );
+    }
+    assert_eq!(
+        field(mutex.clone().with_value_fn(String::new).lock().await),
+        "value"
+    );
+    let adopted = mutex.clone().with_tries(0).adopt("some-value");
+    assert_eq!(field(adopted.extend().await), "tries");
+    assert_eq!(field(adopted.unlock().await), "tries");
+
+    // INFO itself is one command per node; nothing else reached the nodes.
+    let after = total_commands(&cluster);
+    let sent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b - 1).collect();
+    assert_eq!(sent, [0, 0, 0]);
+}
+
+#[tokio::test]
+async fn invalid_node_lists_are_config_errors() {
+    let none: [&str; 0] = [];
+    assert_eq!(field(Redlock::connect(none).await), "nodes");
+    let no_connections: Vec<redis::aio::MultiplexedConnection> = Vec::new();
+    assert_eq!(field(Redlock::new(no_connections)), "nodes");
+    assert_eq!(
+        field(Redlock::connect(["redis://127.0.0.1:1/", "http//:nope"]).await),
+        "urls[1]"
+    );
+    assert_eq!(field(Redlock::connect([""]).await), "urls[0]");
+}
+
+#[tokio::test]
+async fn passwords_never_appear_in_errors_or_debug() {
+    let secret = "correct-horse-battery-staple";
+    let bad_url = format!("redis://:{secret}@127.0.0.1:notaport/");
+    let error = Redlock::connect([bad_url.as_str()])
+        .await
+        .expect_err("bad port");
+    assert!(!error.to_string().contains(secret), "{error}");
+    assert!(!format!("{error:?}").contains(secret), "{error:?}");
+
+    // A node that requires a password, reached with a wrong one.
+    let cluster = Cluster::start(3);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("the-real-password")
+        .query(&mut cluster.node(0).connection())
+        .expect("CONFIG SET");
+    let mut urls = cluster.urls();
+    urls[0] = urls[0].replace("redis://", &format!("redis://:{secret}@"));
+    let redlock = Redlock::connect(&urls).await.expect("URLs parse");
+    assert!(!format!("{redlock:?}").contains(secret), "{redlock:?}");
+    let mutex = redlock.new_mutex("config:password").with_tries(1);
+    assert!(!format!("{mutex:?}").contains(secret));
+
+    let lock = mutex.lock().await.expect("nodes 1 and 2 suffice");
+    assert!(!format!("{lock:?}").contains(secret));
+    lock.unlock().await.expect("unlock");
+
+    // With node 1 down too, the wrong password is the reported reason, without the password.
+    cluster.node(1).kill();
+    let error = mutex.lock().await.expect_err("1 of 3 is not a quorum");
+    let Error::NoQuorum { failures, .. } = &error else {
+        panic!("expected NoQuorum, got {error:?}");
+    };
+    assert_eq!(failures[0].node, 0);
+    assert!(
+        matches!(failures[0].kind, NodeErrorKind::Redis(_)),
+        "{:?}",
+        failures[0]
+    );
+    assert!(!error.to_string().contains(secret), "{error}");
+    assert!(!format!("{error:?}").contains(secret), "{error:?}");
+}
+
+#[tokio::test]
+async fn unreachable_nodes_fail_without_hanging() {
+    // Port 1 on loopback refuses connections.
+    let redlock = Redlock::connect(["redis://127.0.0.1:1/", "redis://127.0.0.1:2/"])
+        .await
+        .expect("URLs parse");
+    let mutex = redlock
+        .new_mutex("config:unreachable")
+        .with_expiry(Duration::from_secs(2))
+        .with_tries(2)
+        .with_retry_delay(Duration::from_millis(1));
+    let error = mutex.lock().await.expect_err("nothing is listening");
+    let Error::NoQuorum { ok, failures, .. } = error else {
+        panic!("expected NoQuorum, got {error:?}");
+    };
+    assert_eq!(ok, 0);
+    assert_eq!(failures.len(), 2);
+}
+
+#[tokio::test]
+async fn odd_names_and_extreme_expiries_work() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let long_name = "n".repeat(1 << 20);
+    for name in [long_name.as_str(), "ключ:🔒\u{0}\u{feff}", " "] {
+        let lock = redlock
+            .new_mutex(name)
+            .try_lock()
+            .await
+            .expect("any non-empty name");
+        lock.unlock().await.expect("unlock");
+    }
+    let ten_days = redlock
+        .new_mutex("config:ten-days")
+        .with_expiry(Duration::from_secs(10 * 24 * 3600));
+    let lock = ten_days.try_lock().await.expect("long expiry");
+    assert!(cluster.node(0).pttl("config:ten-days") > 863_000_000);
+    lock.unlock().await.expect("unlock");
+}
