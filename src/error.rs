@@ -19,7 +19,7 @@ use std::time::Duration;
 /// # let cluster = testenv::Cluster::start(3);
 /// use redmutex::{Error, Redlock};
 ///
-/// let redlock = Redlock::connect(cluster.urls())?;
+/// let redlock = Redlock::connect(cluster.urls()).await?;
 /// let mutex = redlock.new_mutex("job:nightly-report");
 /// let _held = mutex.try_lock().await?;
 ///
