@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::fanout::{self, Settle};
 use crate::lock::{Lock, deadline};
 use crate::mutex::Mutex;
-use crate::node::{Op, Request};
+use crate::node::{Delivery, Op, Request};
 use crate::quorum::{Tally, validity};
 use crate::settings::Plan;
 
@@ -104,6 +104,7 @@ async fn attempt_once(
                 Arc::clone(value),
                 plan.node_timeout,
                 in_flight,
+                Delivery::Inline,
             );
             if plan.fail_fast {
                 let task = tokio::spawn(release);

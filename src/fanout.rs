@@ -9,7 +9,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use rand::seq::SliceRandom;
 
 use crate::error::NodeErrorKind;
-use crate::node::{Node, Op, Request, call};
+use crate::node::{Delivery, Node, Op, Request, call};
 use crate::quorum::Tally;
 
 /// Resolves once node calls that outlived their operation (fail-fast) have finished.
@@ -80,11 +80,12 @@ pub(crate) async fn release(
     value: Arc<str>,
     timeout: Duration,
     settle: Option<Settle>,
+    delivery: Delivery,
 ) -> Tally {
     if let Some(settle) = settle {
         settle.await;
     }
-    let request = Request::new(Op::Release, &name, &value, 0);
+    let request = Request::with_delivery(Op::Release, &name, &value, 0, delivery);
     all(&nodes, request, timeout, false).await
 }
 
@@ -98,6 +99,13 @@ pub(crate) fn spawn_release(
     settle: Option<Settle>,
 ) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(release(nodes, name, value, timeout, settle));
+        runtime.spawn(release(
+            nodes,
+            name,
+            value,
+            timeout,
+            settle,
+            Delivery::Inline,
+        ));
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::fanout::{self, Settle};
 use crate::mutex::Mutex;
-use crate::node::{Op, Request};
+use crate::node::{Delivery, Op, Request};
 use crate::quorum::validity;
 use crate::settings::{Plan, check_value};
 
@@ -198,12 +198,14 @@ impl Lock {
         )
         .await;
         let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
-        let left = tally.judge_extend(left)?;
+        let judged = tally.judge_extend(left);
         let mut state = self.state();
+        // A clone unlocked while this extend was in flight: say so, rather than report the keys
+        // that unlock deleted as an expired lock.
         if state.unlocked {
             return Err(Error::Unlocked);
         }
-        state.valid_until = deadline(start, left);
+        state.valid_until = deadline(start, judged?);
         Ok(())
     }
 
@@ -252,6 +254,7 @@ impl Lock {
             Arc::clone(&self.held.value),
             plan.node_timeout,
             settle,
+            Delivery::ByDigest,
         )
         .await;
         tally.judge_release()?;

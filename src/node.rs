@@ -78,8 +78,13 @@ impl NodeConnection {
         reply.and_then(Value::extract_error)
     }
 
-    pub(crate) async fn ping(&mut self) -> RedisResult<Value> {
-        self.send(&redis::cmd("PING")).await
+    /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
+    pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
+        for script in [RELEASE, EXTEND] {
+            self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
+                .await?;
+        }
+        Ok(())
     }
 }
 
@@ -111,6 +116,17 @@ pub(crate) enum Op {
     Release,
 }
 
+/// How a script travels to the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// EVALSHA, falling back to EVAL on NOSCRIPT: the fast path, for calls whose replies are read.
+    ByDigest,
+    /// EVAL with the script's text. For releases nobody may wait for (cleanup after a failed or
+    /// cancelled attempt, dropped locks): when a call to a paused node times out, the fallback on
+    /// NOSCRIPT is never sent, so the queued request must work on its own once the node resumes.
+    Inline,
+}
+
 /// One command, built once and sent to every node.
 pub(crate) struct Request {
     op: Op,
@@ -122,8 +138,18 @@ pub(crate) struct Request {
 
 impl Request {
     pub(crate) fn new(op: Op, name: &Arc<str>, value: &Arc<str>, millis: u64) -> Self {
-        let cmd = match op {
-            Op::Acquire => {
+        Request::with_delivery(op, name, value, millis, Delivery::ByDigest)
+    }
+
+    pub(crate) fn with_delivery(
+        op: Op,
+        name: &Arc<str>,
+        value: &Arc<str>,
+        millis: u64,
+        delivery: Delivery,
+    ) -> Self {
+        let cmd = match (op, delivery) {
+            (Op::Acquire, _) => {
                 let mut cmd = redis::cmd("SET");
                 cmd.arg(&**name)
                     .arg(&**value)
@@ -132,8 +158,14 @@ impl Request {
                     .arg(millis);
                 cmd
             }
-            Op::Extend => script_cmd("EVALSHA", &DIGESTS.extend, name, value, Some(millis)),
-            Op::Release => script_cmd("EVALSHA", &DIGESTS.release, name, value, None),
+            (Op::Extend, Delivery::ByDigest) => {
+                script_cmd("EVALSHA", &DIGESTS.extend, name, value, Some(millis))
+            }
+            (Op::Extend, Delivery::Inline) => script_cmd("EVAL", EXTEND, name, value, Some(millis)),
+            (Op::Release, Delivery::ByDigest) => {
+                script_cmd("EVALSHA", &DIGESTS.release, name, value, None)
+            }
+            (Op::Release, Delivery::Inline) => script_cmd("EVAL", RELEASE, name, value, None),
         };
         Request {
             op,

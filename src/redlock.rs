@@ -158,14 +158,16 @@ impl Redlock {
         })
     }
 
-    /// Opens the connections in the background, so the first lock does not pay for the handshakes.
+    /// Opens the connections and loads the scripts in the background, so the first lock does not
+    /// pay for the handshakes, and an unlock sent by digest to a node that then stalls still works
+    /// when the node resumes (its NOSCRIPT fallback would never be sent).
     fn warm_up(&self) {
         for node in self.nodes.iter() {
             let mut connection = node.connection.clone();
             tokio::spawn(async move {
                 // Best effort: a node that is down is reported by the calls that need it. Bounded,
                 // so a paused node does not keep this task alive.
-                let _ = tokio::time::timeout(WARM_UP_TIMEOUT, connection.ping()).await;
+                let _ = tokio::time::timeout(WARM_UP_TIMEOUT, connection.load_scripts()).await;
             });
         }
     }

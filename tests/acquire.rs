@@ -201,14 +201,18 @@ async fn fail_fast_failure_releases_everything() {
     }
     cluster.node(2).pause();
     let result = quick(&redlock, "acquire:fast-fail")
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.005)
         .with_fail_fast(true)
         .try_lock()
         .await;
     assert!(matches!(result, Err(Error::NoQuorum { .. })), "{result:?}");
     cluster.node(2).resume();
-    support::eventually("only the other owner's keys remain", || {
-        present(&cluster, "acquire:fast-fail") == [0, 1]
-    })
+    support::within(
+        Duration::from_secs(3),
+        "only the other owner's keys remain",
+        || present(&cluster, "acquire:fast-fail") == [0, 1],
+    )
     .await;
 }
 
@@ -287,4 +291,114 @@ async fn a_client_from_own_connections_locks_too() {
         .expect("free lock");
     assert_eq!(holders(&cluster, "acquire:own", lock.value()).len(), 3);
     lock.unlock().await.expect("unlock");
+}
+
+/// Validity is measured from the start of the attempt that succeeded, not from the first one.
+#[tokio::test]
+async fn validity_counts_from_the_successful_attempt() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let held = quick(&redlock, "acquire:late")
+        .lock()
+        .await
+        .expect("free lock");
+    let waiter = {
+        let mutex = quick(&redlock, "acquire:late")
+            .with_expiry(Duration::from_secs(1))
+            .with_tries(1000);
+        tokio::spawn(async move { mutex.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    held.unlock().await.expect("unlock");
+    let lock = waiter
+        .await
+        .expect("no panic")
+        .expect("acquired after release");
+    let acquired = Instant::now();
+    // Measured from the first attempt, 600 ms ago, less than 400 ms would be left.
+    assert!(
+        lock.valid_until() > acquired + Duration::from_millis(900),
+        "{:?} left",
+        lock.valid_until() - acquired
+    );
+}
+
+/// Every attempt of one `lock()` call uses the same value: the value function runs once per call.
+#[tokio::test]
+async fn retries_reuse_the_value() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let _held = quick(&redlock, "acquire:same-value")
+        .lock()
+        .await
+        .expect("free lock");
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let mutex = quick(&redlock, "acquire:same-value")
+        .with_tries(5)
+        .with_value_fn(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            redmutex_value()
+        });
+    assert!(mutex.lock().await.is_err());
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(mutex.try_lock().await.is_err());
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+fn redmutex_value() -> String {
+    format!("test-{}", rand::random::<u64>())
+}
+
+/// Scripts go out as EVALSHA; a node that lost its script cache gets EVAL once and then EVALSHA again.
+#[tokio::test]
+async fn scripts_are_sent_by_digest_with_a_noscript_fallback() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "acquire:scripts");
+    // Let the client's background warm-up (which loads the scripts) finish before flushing them.
+    let lock = mutex.lock().await.expect("free lock");
+    lock.unlock().await.expect("unlock");
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut node.connection())
+            .expect("SCRIPT FLUSH");
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut node.connection())
+            .expect("CONFIG RESETSTAT");
+    }
+    for _ in 0..5 {
+        let lock = mutex.lock().await.expect("free lock");
+        lock.extend().await.expect("extend");
+        lock.unlock().await.expect("unlock");
+    }
+    for node in cluster.nodes() {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut node.connection())
+            .expect("INFO");
+        let calls = |command: &str| -> u64 {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        // The first extend and the first unlock fell back to EVAL; everything after used EVALSHA.
+        assert_eq!(calls("eval"), 2, "{stats}");
+        assert_eq!(calls("evalsha"), 10, "{stats}");
+        assert_eq!(calls("set"), 5, "{stats}");
+    }
+}
+
+#[test]
+fn handles_are_thread_safe_values() {
+    fn assert_traits<T: Clone + Send + Sync + 'static>() {}
+    assert_traits::<redmutex::Lock>();
+    assert_traits::<redmutex::Mutex>();
+    assert_traits::<Redlock>();
+    assert_traits::<Error>();
 }

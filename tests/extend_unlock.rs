@@ -262,3 +262,23 @@ fn dropping_without_a_runtime_does_not_panic() {
     let pttl = cluster.node(0).pttl("unlock:no-runtime");
     assert!(pttl > 0 && pttl <= 2000, "PTTL {pttl}");
 }
+
+/// Extend recomputes validity: an extend that takes longer than the validity allows fails.
+#[tokio::test]
+async fn extend_without_validity_left_is_expired() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    for node in cluster.nodes() {
+        node.set_px("extend:slow", "our-value", Duration::from_secs(10));
+    }
+    // 5 ms expiry with 99 % drift leaves 50 us: less than any round trip.
+    let lock = redlock
+        .new_mutex("extend:slow")
+        .with_expiry(Duration::from_millis(5))
+        .with_drift_factor(0.99)
+        .with_timeout_factor(0.99)
+        .adopt("our-value");
+    let until = lock.valid_until();
+    assert!(matches!(lock.extend().await, Err(Error::Expired)));
+    assert_eq!(lock.valid_until(), until);
+}

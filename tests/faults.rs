@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind};
-use support::{client, eventually, holders, present, quick};
+use support::{client, holders, present, quick, within};
 use testenv::Cluster;
 
 #[tokio::test]
@@ -68,7 +68,10 @@ async fn a_paused_node_costs_at_most_one_timeout() {
             .expect("free lock"),
     );
     cluster.node(2).pause();
-    let mutex = quick(&redlock, "faults:one-paused"); // 100 ms per node
+    // 100 ms per node; a 20 s expiry so that only a release, not expiry, clears the keys below.
+    let mutex = quick(&redlock, "faults:one-paused")
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.005);
     let start = Instant::now();
     let lock = mutex.lock().await.expect("4 of 5 suffice");
     let locked_in = start.elapsed();
@@ -84,9 +87,11 @@ async fn a_paused_node_costs_at_most_one_timeout() {
     );
     cluster.node(2).resume();
     // The paused node processes the queued SET and then the queued release, in order.
-    eventually("nothing is left after resume", || {
-        present(&cluster, "faults:one-paused").is_empty()
-    })
+    within(
+        Duration::from_secs(3),
+        "nothing is left after resume",
+        || present(&cluster, "faults:one-paused").is_empty(),
+    )
     .await;
 }
 
@@ -139,7 +144,12 @@ async fn three_of_five_paused_fails_in_bounded_time_and_cleans_up() {
         cluster.node(i).pause();
     }
     let start = Instant::now();
-    let result = quick(&redlock, "faults:three-paused").lock().await;
+    // 100 ms per node; a 20 s expiry so that only a release, not expiry, clears the keys below.
+    let result = quick(&redlock, "faults:three-paused")
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.005)
+        .lock()
+        .await;
     let elapsed = start.elapsed();
     // 3 tries x (100 ms SET + 100 ms release + 5 ms delay) = 615 ms; no hang.
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
@@ -154,9 +164,12 @@ async fn three_of_five_paused_fails_in_bounded_time_and_cleans_up() {
     for i in [1, 2, 3] {
         cluster.node(i).resume();
     }
-    eventually("no key remains after resume", || {
-        present(&cluster, "faults:three-paused").is_empty()
-    })
+    // Released on the nodes that timed out too: their SETs landed on resume, then the releases.
+    within(
+        Duration::from_secs(3),
+        "no key remains after resume",
+        || present(&cluster, "faults:three-paused").is_empty(),
+    )
     .await;
 }
 
@@ -201,4 +214,54 @@ async fn a_node_down_at_start_up_is_not_an_error() {
         holders(&cluster, "faults:down-at-start", lock.value()),
         [0, 1]
     );
+}
+
+/// The redis crate's own response timeout (500 ms by default in `ConnectionManager`) must not cut a
+/// node call shorter than redmutex's per-node timeout.
+#[tokio::test]
+async fn only_the_node_timeout_bounds_a_call() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    drop(
+        quick(&redlock, "faults:warm")
+            .lock()
+            .await
+            .expect("free lock"),
+    );
+    cluster.node(1).pause();
+    // 30 s x 0.05 = 1.5 s per node.
+    let mutex = redlock
+        .new_mutex("faults:long-timeout")
+        .with_expiry(Duration::from_secs(30))
+        .with_tries(1);
+    for node in [0, 2] {
+        cluster
+            .node(node)
+            .set_px("faults:long-timeout", "other", Duration::from_secs(30));
+    }
+    let start = Instant::now();
+    let result = mutex.lock().await;
+    let elapsed = start.elapsed();
+    let Err(Error::Taken { .. }) = &result else {
+        panic!("expected Taken, got {result:?}");
+    };
+    assert!(
+        elapsed >= Duration::from_millis(1490),
+        "cut short: {elapsed:?}"
+    );
+    // And the paused node's failure is redmutex's own timeout, not a driver error.
+    cluster.node(0).del("faults:long-timeout");
+    let result = mutex.lock().await;
+    let Err(Error::NoQuorum { failures, .. }) = &result else {
+        panic!("expected NoQuorum, got {result:?}");
+    };
+    let paused = failures
+        .iter()
+        .find(|f| f.node == 1)
+        .expect("node 1 failed");
+    assert!(
+        matches!(paused.kind, NodeErrorKind::Timeout(t) if t == Duration::from_millis(1500)),
+        "{paused:?}"
+    );
+    cluster.node(1).resume();
 }

@@ -39,9 +39,15 @@ pub fn present(cluster: &Cluster, name: &str) -> Vec<usize> {
         .collect()
 }
 
-/// Waits (bounded) until `condition` holds; background releases take a moment.
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+/// Waits (up to 5 s) until `condition` holds; background releases take a moment.
+pub async fn eventually(what: &str, condition: impl FnMut() -> bool) {
+    within(Duration::from_secs(5), what, condition).await;
+}
+
+/// Waits up to `limit` until `condition` holds. Tests of releases use a limit well below the lock's
+/// expiry, so that keys expiring on their own cannot pass for a release.
+pub async fn within(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
     while !condition() {
         assert!(
             tokio::time::Instant::now() < deadline,
