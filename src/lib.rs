@@ -19,3 +19,41 @@ pub use lock::Lock;
 pub use mutex::Mutex;
 pub use node::NodeConnection;
 pub use redlock::Redlock;
+
+/// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.
+#[doc(hidden)]
+pub mod internals {
+    use std::time::Duration;
+
+    /// See `quorum::quorum`.
+    pub fn quorum(nodes: usize) -> usize {
+        crate::quorum::quorum(nodes)
+    }
+
+    /// See `quorum::validity`.
+    pub fn validity(expiry: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
+        crate::quorum::validity(expiry, elapsed, drift_factor)
+    }
+
+    /// See `value::random_value`.
+    pub fn random_value() -> String {
+        crate::value::random_value()
+    }
+
+    /// Counts `ok` successes and `failed` timeouts out of `ok + failed` nodes and judges an acquire,
+    /// as one attempt does after its replies are in.
+    pub fn judge_acquire(ok: usize, failed: usize, validity: Option<Duration>) -> bool {
+        let mut tally = crate::quorum::Tally::new(ok + failed);
+        for node in 0..ok {
+            tally.add(node, Ok(()));
+        }
+        for node in ok..ok + failed {
+            tally.add(
+                node,
+                Err(crate::error::NodeErrorKind::Timeout(Duration::from_millis(1))),
+            );
+        }
+        tally.close([]);
+        tally.judge_acquire(validity).is_ok()
+    }
+}
