@@ -50,7 +50,9 @@ pub mod internals {
         for node in ok..ok + failed {
             tally.add(
                 node,
-                Err(crate::error::NodeErrorKind::Timeout(Duration::from_millis(1))),
+                Err(crate::error::NodeErrorKind::Timeout(Duration::from_millis(
+                    1,
+                ))),
             );
         }
         tally.close([]);

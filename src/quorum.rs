@@ -338,4 +338,79 @@ mod tests {
         assert_eq!(nodes, [0, 1, 2]);
         assert!(matches!(t.failures[1].kind, NodeErrorKind::NotAwaited));
     }
+
+    /// Property test over random clusters, replies and timings (seeded, so failures replay).
+    #[test]
+    fn verdicts_agree_with_the_counts_for_arbitrary_replies() {
+        use rand::rngs::StdRng;
+        use rand::{RngExt, SeedableRng};
+
+        let mut rng = StdRng::seed_from_u64(0x5eed);
+        for case in 0..100_000 {
+            let n = rng.random_range(1..=9usize);
+            let q = quorum(n);
+            let replies: Vec<Result<(), NodeErrorKind>> = (0..n)
+                .map(|_| match rng.random_range(0..5) {
+                    0 | 1 => Ok(()),
+                    2 => Err(NodeErrorKind::Taken),
+                    3 => Err(NodeErrorKind::Missing),
+                    _ => Err(timeout()),
+                })
+                .collect();
+            let ours = replies.iter().filter(|r| r.is_ok()).count();
+            let taken = replies
+                .iter()
+                .filter(|r| matches!(r, Err(NodeErrorKind::Taken)))
+                .count();
+            let missing = replies
+                .iter()
+                .filter(|r| matches!(r, Err(NodeErrorKind::Missing)))
+                .count();
+
+            let expiry = Duration::from_micros(rng.random_range(1_000..10_000_000));
+            let elapsed = Duration::from_micros(rng.random_range(0..12_000_000));
+            let drift = rng.random_range(0.0..1.0);
+            let left = validity(expiry, elapsed, drift);
+            // Validity: positive and never more than expiry - elapsed - drift.
+            if let Some(left) = left {
+                assert!(!left.is_zero());
+                assert!(left + elapsed + expiry.mul_f64(drift) <= expiry + Duration::from_nanos(1));
+            } else {
+                assert!(elapsed + expiry.mul_f64(drift) + Duration::from_nanos(1) >= expiry);
+            }
+
+            match tally(&replies).judge_acquire(left) {
+                Ok(_) => assert!(ours >= q && left.is_some(), "case {case}"),
+                Err(Error::Taken { nodes }) => {
+                    assert!(nodes.len() >= q && nodes.len() == taken, "case {case}")
+                }
+                Err(Error::Expired) => assert!(ours >= q && left.is_none(), "case {case}"),
+                Err(Error::NoQuorum { ok, failures, .. }) => {
+                    assert!(ok < q && taken < q, "case {case}");
+                    assert_eq!(failures.len(), n - ours);
+                }
+                Err(other) => panic!("case {case}: {other:?}"),
+            }
+            match tally(&replies).judge_release() {
+                Ok(()) => assert!(ours >= q),
+                Err(Error::Taken { .. }) => assert!(taken >= q),
+                Err(Error::Expired) => assert!(ours < q && taken < q && taken + missing >= q),
+                Err(Error::NoQuorum { .. }) => assert!(ours < q && taken + missing < q),
+                Err(other) => panic!("case {case}: {other:?}"),
+            }
+
+            // Fail-fast: once `decided`, no completion of the remaining replies changes success.
+            let answered = rng.random_range(0..=n);
+            let mut partial = Tally::new(n);
+            for (node, reply) in replies[..answered].iter().enumerate() {
+                partial.add(node, reply.clone());
+            }
+            if partial.decided() && partial.ours < q {
+                assert!(
+                    ours < q,
+                    "case {case}: decided failure, but all replies reach a quorum"
+                );
+            }
+        }
+    }
 }

@@ -34,8 +34,8 @@ mod tests {
     }
 
     #[test]
-    fn values_do_not_repeat() {
-        let values: HashSet<String> = (0..100_000).map(|_| random_value()).collect();
-        assert_eq!(values.len(), 100_000);
+    fn a_million_values_do_not_repeat() {
+        let values: HashSet<String> = (0..1_000_000).map(|_| random_value()).collect();
+        assert_eq!(values.len(), 1_000_000);
     }
 }

@@ -73,3 +73,45 @@ async fn a_cancelled_lock_is_released_in_the_background() {
     // Not required for the test to be meaningful on every machine, but report it.
     println!("{cancelled_in_flight} cancellations left keys that the guard then released");
 }
+
+/// 200 `lock()` calls, on a contended name, cancelled at random points: the next locker always gets
+/// in within the expiry, and no key outlives its expiry.
+#[tokio::test]
+async fn random_cancellations_never_block_the_next_locker() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let other = client(&cluster).await;
+    let expiry = Duration::from_secs(2);
+    for round in 0..200u64 {
+        let name = format!("cancel:random:{round}");
+        let holder = if rand::random_bool(0.5) {
+            Some(quick(&other, &name).lock().await.expect("free lock"))
+        } else {
+            None
+        };
+        let mutex = quick(&redlock, &name)
+            .with_tries(100)
+            .with_fail_fast(round % 3 == 0);
+        let cut = Duration::from_micros(rand::random_range(0..3000));
+        let _ = tokio::time::timeout(cut, mutex.lock()).await;
+        if let Some(holder) = holder {
+            holder.unlock().await.expect("the holder still holds it");
+        }
+        // No key of the cancelled call may carry more than the expiry.
+        for node in cluster.nodes() {
+            assert!(node.pttl(&name) <= 2000, "round {round}");
+        }
+        let start = Instant::now();
+        let next = quick(&other, &name)
+            .with_tries(400)
+            .lock()
+            .await
+            .expect("the next locker gets in");
+        assert!(
+            start.elapsed() < expiry,
+            "round {round}: waited {:?}",
+            start.elapsed()
+        );
+        next.unlock().await.expect("unlock");
+    }
+}

@@ -2,7 +2,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind, Redlock};
 use support::client;
@@ -180,4 +180,65 @@ async fn odd_names_and_extreme_expiries_work() {
     let lock = ten_days.try_lock().await.expect("long expiry");
     assert!(cluster.node(0).pttl("config:ten-days") > 863_000_000);
     lock.unlock().await.expect("unlock");
+}
+
+/// A key of another type (a hash) makes the scripts fail on that node with the server's error,
+/// reported per node; no panic, no hang.
+#[tokio::test]
+async fn a_key_of_another_type_is_a_node_error() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = redlock.new_mutex("config:hash").with_tries(1);
+    let lock = mutex.lock().await.expect("free lock");
+    // Node 0's key is replaced by a hash (another program wrote to the lock's name).
+    cluster.node(0).del("config:hash");
+    let _: () = redis::cmd("HSET")
+        .arg("config:hash")
+        .arg("f")
+        .arg("v")
+        .query(&mut cluster.node(0).connection())
+        .expect("HSET");
+    lock.extend().await.expect("nodes 1 and 2 suffice");
+    cluster.node(1).del("config:hash");
+    let error = lock
+        .unlock()
+        .await
+        .expect_err("only node 2 holds our value");
+    let Error::NoQuorum { failures, .. } = &error else {
+        panic!("expected NoQuorum, got {error:?}");
+    };
+    let wrongtype = failures
+        .iter()
+        .find(|f| f.node == 0)
+        .expect("node 0 failed");
+    assert!(
+        matches!(&wrongtype.kind, NodeErrorKind::Redis(e) if e.to_string().contains("WRONGTYPE")),
+        "{wrongtype:?}"
+    );
+    // The hash is untouched.
+    let kind: String = redis::cmd("TYPE")
+        .arg("config:hash")
+        .query(&mut cluster.node(0).connection())
+        .expect("TYPE");
+    assert_eq!(kind, "hash");
+}
+
+#[tokio::test]
+async fn a_one_millisecond_expiry_is_handled() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = redlock
+        .new_mutex("config:one-ms")
+        .with_expiry(Duration::from_millis(1))
+        .with_tries(3)
+        .with_retry_delay(Duration::from_millis(2));
+    // Either outcome is correct; a lock handed out must still be valid when returned.
+    let start = Instant::now();
+    match mutex.lock().await {
+        Ok(lock) => assert!(lock.valid_until() <= start + Duration::from_millis(1)),
+        Err(error) => assert!(
+            matches!(error, Error::Expired | Error::NoQuorum { .. }),
+            "{error:?}"
+        ),
+    }
 }

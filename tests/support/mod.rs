@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod history;
+
 use std::time::Duration;
 
 use redmutex::{Mutex, Redlock};
