@@ -35,7 +35,7 @@ async fn extend_moves_pttl_and_valid_until() {
 async fn extend_after_expiry_fails_and_recreates_nothing() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
-    let mutex = quick(&redlock, "extend:late").with_expiry(Duration::from_millis(100));
+    let mutex = quick(&redlock, "extend:late").with_expiry(Duration::from_millis(300));
     let lock = mutex.lock().await.expect("free lock");
     eventually("the keys expire", || {
         present(&cluster, "extend:late").is_empty()
@@ -54,7 +54,7 @@ async fn extend_after_expiry_fails_and_recreates_nothing() {
 async fn extend_and_unlock_never_touch_a_new_owner() {
     let cluster = Cluster::start(5);
     let redlock = client(&cluster).await;
-    let mutex = quick(&redlock, "extend:foreign").with_expiry(Duration::from_millis(100));
+    let mutex = quick(&redlock, "extend:foreign").with_expiry(Duration::from_millis(300));
     let stale = mutex.lock().await.expect("free lock");
     eventually("the keys expire", || {
         present(&cluster, "extend:foreign").is_empty()
@@ -86,7 +86,7 @@ async fn extend_and_unlock_never_touch_a_new_owner() {
 async fn unlock_of_an_expired_lock_says_expired() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
-    let mutex = quick(&redlock, "unlock:expired").with_expiry(Duration::from_millis(100));
+    let mutex = quick(&redlock, "unlock:expired").with_expiry(Duration::from_millis(300));
     let lock = mutex.lock().await.expect("free lock");
     eventually("the keys expire", || {
         present(&cluster, "unlock:expired").is_empty()
@@ -271,11 +271,12 @@ async fn extend_without_validity_left_is_expired() {
     for node in cluster.nodes() {
         node.set_px("extend:slow", "our-value", Duration::from_secs(10));
     }
-    // 5 ms expiry with 99 % drift leaves 50 us: less than any round trip.
+    // A 99.999 % drift allowance leaves 10 us of a 1 s expiry: less than any round trip, while
+    // the node timeout (990 ms) is long enough for a loaded machine.
     let lock = redlock
         .new_mutex("extend:slow")
-        .with_expiry(Duration::from_millis(5))
-        .with_drift_factor(0.99)
+        .with_expiry(Duration::from_secs(1))
+        .with_drift_factor(0.99999)
         .with_timeout_factor(0.99)
         .adopt("our-value");
     let until = lock.valid_until();

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{Error, Node};
+use crate::{Error, Node, Proxies, Proxy};
 
 /// `n` independent Redis masters on loopback, each a [`Node`] with its own port.
 ///
@@ -68,6 +68,25 @@ impl Cluster {
     /// `redis://127.0.0.1:PORT/` for every node, in order.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Node::url).collect()
+    }
+
+    /// Starts a new [`Proxy`] in front of each node, for one client; their URLs are in node order.
+    ///
+    /// Each call makes new proxies, so each client can get its own and see its own partition. The
+    /// proxies forward to the nodes' ports, so they keep working across restarts. They are
+    /// independent of the cluster: drop them before it, or they reset the connections they
+    /// accept once the nodes are gone.
+    ///
+    /// # Panics
+    ///
+    /// If a proxy cannot bind a loopback port.
+    pub fn proxies(&self) -> Proxies {
+        Proxies::new(
+            self.nodes
+                .iter()
+                .map(|node| Proxy::start(node.port()))
+                .collect(),
+        )
     }
 }
 

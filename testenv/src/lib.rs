@@ -3,7 +3,14 @@
 //! A [`Cluster`] is a set of independent Redis masters, each a child `redis-server` process with its
 //! own port, temporary directory and log file, started with persistence off. Each [`Node`] can be
 //! inspected with a plain synchronous client and faulted on purpose: killed, paused (`SIGSTOP`),
-//! resumed and restarted on the same port with empty data. Everything is cleaned up on drop.
+//! resumed, restarted on the same port with empty data (now, or after a delay with
+//! [`Node::restart_after`]), and given a key's early expiry ([`Node::shorten`]) as if its clock had
+//! jumped. Everything is cleaned up on drop.
+//!
+//! Faults of the network between one client and one node come from a [`Proxy`] in front of the
+//! node, switched at run time between the [`Mode`]s pass, delay, blackhole and reset.
+//! [`Cluster::proxies`] gives one client a proxy per node ([`Proxies`]), so two clients can see
+//! different partitions of the same cluster.
 //!
 //! The `redis-server` binary is taken from `REDMUTEX_REDIS_SERVER` if that is set, else from `PATH`
 //! or the usual system directories; if it is missing and we run as root on a Debian-like system,
@@ -28,15 +35,23 @@
 //! // A restarted node keeps its port but forgets everything, as a node without persistence does.
 //! node.restart();
 //! assert_eq!(node.get("greeting"), None);
+//!
+//! // A client that reaches the nodes through proxies, with node 2 cut off from it.
+//! let proxies = cluster.proxies();
+//! proxies.set_mode(&[2], testenv::Mode::Blackhole);
+//! let urls = proxies.urls(); // give these to the client
+//! assert_eq!(urls.len(), 3);
 //! ```
 
 mod cluster;
 mod error;
 mod install;
 mod port;
+mod proxy;
 mod server;
 
 pub use cluster::Cluster;
 pub use error::Error;
 pub use install::redis_server_binary;
-pub use server::Node;
+pub use proxy::{Mode, Proxies, Proxy};
+pub use server::{Node, RestartHandle};

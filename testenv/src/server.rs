@@ -6,8 +6,8 @@ use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::thread;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
@@ -54,7 +54,15 @@ pub struct Node {
     port: u16,
     binary: PathBuf,
     dir: TempDir,
+    /// Shared with the thread of a pending [`restart_after`](Node::restart_after).
+    shared: Arc<Shared>,
+}
+
+/// The node's state, and a way to wake a delayed restart that waits on it.
+struct Shared {
     state: Mutex<State>,
+    /// Notified when a delayed restart is superseded or the node is dropped.
+    changed: Condvar,
 }
 
 /// What changes when the node is faulted.
@@ -64,6 +72,21 @@ struct State {
     child: Option<Child>,
     /// Set by `pause`, cleared by `resume`, `kill` and `restart`.
     paused: bool,
+    /// Bumped by `kill`, `restart` and `restart_after`: a delayed restart goes ahead only if the
+    /// generation is still the one it was scheduled in.
+    generation: u64,
+    /// Set by `Drop` before it kills the process; no process is started once it is set, so a
+    /// delayed restart cannot leave an orphan.
+    dropped: bool,
+}
+
+/// A delayed restart scheduled by [`Node::restart_after`].
+///
+/// Dropping the handle does not cancel the restart; it only gives up the chance to wait for it.
+#[derive(Debug)]
+pub struct RestartHandle {
+    port: u16,
+    thread: JoinHandle<Result<bool, Error>>,
 }
 
 /// Why one attempt to start a process failed.
@@ -92,9 +115,14 @@ impl Node {
                         port,
                         binary,
                         dir,
-                        state: Mutex::new(State {
-                            child: Some(child),
-                            paused: false,
+                        shared: Arc::new(Shared {
+                            state: Mutex::new(State {
+                                child: Some(child),
+                                paused: false,
+                                generation: 0,
+                                dropped: false,
+                            }),
+                            changed: Condvar::new(),
                         }),
                     });
                 }
@@ -128,9 +156,12 @@ impl Node {
 
     /// Kills the process with `SIGKILL` and reaps it; does nothing if it is not running.
     ///
-    /// Its port refuses connections afterwards, until [`restart`](Node::restart).
+    /// Its port refuses connections afterwards, until [`restart`](Node::restart). A pending
+    /// [`restart_after`](Node::restart_after) is cancelled.
     pub fn kill(&self) {
-        self.lock().stop_child();
+        let mut state = self.lock();
+        state.stop_child();
+        self.supersede(&mut state);
     }
 
     /// Freezes the process with `SIGSTOP`, and waits until the kernel reports it stopped.
@@ -170,29 +201,93 @@ impl Node {
     /// waits until it answers `PING`.
     ///
     /// Clients holding the node's URL can reconnect. If the port is briefly held by something
-    /// else, this keeps trying for up to 5 s.
+    /// else, this keeps trying for up to 5 s. A pending [`restart_after`](Node::restart_after) is
+    /// cancelled.
     ///
     /// # Panics
     ///
     /// If the new process does not become ready; the message quotes the log.
     pub fn restart(&self) {
         let mut state = self.lock();
-        state.stop_child();
-        let deadline = Instant::now() + RESTART_WINDOW;
-        loop {
-            match spawn_ready(&self.binary, self.port, self.dir.path()) {
-                Ok(child) => {
-                    state.child = Some(child);
-                    return;
+        self.supersede(&mut state);
+        respawn(&mut state, &self.binary, self.port, self.dir.path())
+            .unwrap_or_else(|e| panic!("testenv: restarting node on port {}: {e}", self.port));
+    }
+
+    /// Kills the process now, and starts a new one on the same port with empty data after `delay`,
+    /// from a background thread; returns at once.
+    ///
+    /// This keeps a node down for a chosen time, longer than a lock's expiry say, while the test
+    /// goes on. Call [`RestartHandle::wait`] to wait until the node answers again. A later
+    /// [`kill`](Node::kill), [`restart`](Node::restart) or `restart_after` cancels this restart,
+    /// and so does dropping the node: no process is started after the node is dropped, and one
+    /// being started while it is dropped is killed.
+    ///
+    /// # Panics
+    ///
+    /// If the thread cannot be spawned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let cluster = testenv::Cluster::start(1);
+    /// let node = cluster.node(0);
+    /// let start = Instant::now();
+    /// let restart = node.restart_after(Duration::from_millis(100));
+    /// assert!(!node.is_running());
+    /// assert!(restart.wait());
+    /// assert!(start.elapsed() >= Duration::from_millis(100));
+    /// assert!(node.is_running());
+    /// ```
+    pub fn restart_after(&self, delay: Duration) -> RestartHandle {
+        let generation = {
+            let mut state = self.lock();
+            state.stop_child();
+            self.supersede(&mut state);
+            state.generation
+        };
+        // `None`: a delay too long to represent, so never (until cancelled).
+        let due = Instant::now().checked_add(delay);
+        let shared = Arc::clone(&self.shared);
+        let (binary, port, dir) = (self.binary.clone(), self.port, self.dir.path().to_owned());
+        let thread = thread::Builder::new()
+            .name(format!("testenv-restart-{port}"))
+            .spawn(move || {
+                let mut state = shared.lock();
+                loop {
+                    if state.dropped || state.generation != generation {
+                        return Ok(false);
+                    }
+                    let now = Instant::now();
+                    state = match due {
+                        Some(due) if now >= due => break,
+                        Some(due) => {
+                            shared
+                                .changed
+                                .wait_timeout(state, due - now)
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .0
+                        }
+                        None => shared
+                            .changed
+                            .wait(state)
+                            .unwrap_or_else(PoisonError::into_inner),
+                    };
                 }
-                Err(StartFailure::Exited(_)) if Instant::now() < deadline => {
-                    thread::sleep(Duration::from_millis(50));
+                // Still under the lock that `Drop` takes before it kills the process.
+                let restarted = respawn(&mut state, &binary, port, &dir);
+                if let Err(e) = &restarted {
+                    // Said here too, in case nobody waits on the handle.
+                    eprintln!("testenv: delayed restart of node on port {port} failed: {e}");
                 }
-                Err(StartFailure::Exited(e) | StartFailure::Fatal(e)) => {
-                    panic!("testenv: restarting node on port {}: {e}", self.port)
-                }
-            }
-        }
+                restarted.map(|()| true)
+            })
+            .unwrap_or_else(|e| {
+                panic!("testenv: spawning the delayed restart of node on port {port}: {e}")
+            });
+        RestartHandle { port, thread }
     }
 
     /// Whether the process is alive (a paused process is alive).
@@ -259,6 +354,21 @@ impl Node {
         self.query::<i64>(&format!("DEL {key}"), redis::cmd("DEL").arg(key));
     }
 
+    /// `PEXPIRE key ttl`: sets the key's time to live to `ttl`, in whole milliseconds (rounded
+    /// down); returns whether the key exists.
+    ///
+    /// Shortening a key's time to live stands in for the node's clock jumping forward: the key
+    /// expires early on this node only. A `ttl` under 1 ms deletes the key at once. The new time to
+    /// live replaces the old one even if it is longer.
+    pub fn shorten(&self, key: &str, ttl: Duration) -> bool {
+        let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let set: i64 = self.query(
+            &format!("PEXPIRE {key} {millis}"),
+            redis::cmd("PEXPIRE").arg(key).arg(millis),
+        );
+        set == 1
+    }
+
     /// `DBSIZE`: the number of keys.
     pub fn dbsize(&self) -> i64 {
         self.query("DBSIZE", &redis::cmd("DBSIZE"))
@@ -271,9 +381,47 @@ impl Node {
             .unwrap_or_else(|e| panic!("testenv: {what} on node at {}: {e}", self.url()))
     }
 
+    /// Cancels a pending delayed restart, and wakes its thread so it ends now.
+    fn supersede(&self, state: &mut State) {
+        state.generation += 1;
+        self.shared.changed.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.lock()
+    }
+}
+
+impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A test that panicked mid-call must not stop the others (or `Drop`) from using the node.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl RestartHandle {
+    /// Waits until the delayed restart is done: the new process answers `PING`.
+    ///
+    /// Returns `true` if the node was restarted, `false` if the restart was cancelled (by
+    /// [`Node::kill`], [`Node::restart`], another [`Node::restart_after`], or dropping the node).
+    ///
+    /// # Panics
+    ///
+    /// If the new process did not become ready; the message quotes the log.
+    pub fn wait(self) -> bool {
+        match self.thread.join() {
+            Ok(Ok(restarted)) => restarted,
+            Ok(Err(e)) => panic!(
+                "testenv: delayed restart of node on port {}: {e}",
+                self.port
+            ),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// Whether the restart is done or cancelled, so [`wait`](RestartHandle::wait) would not block.
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
     }
 }
 
@@ -313,10 +461,12 @@ impl State {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        self.state
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .stop_child();
+        let mut state = self.lock();
+        // A delayed restart checks this under the same lock before it starts a process, and one
+        // that is starting a process holds the lock until it is ready, so it is killed below.
+        state.dropped = true;
+        state.stop_child();
+        self.supersede(&mut state);
         // `dir` is removed after this, once the process no longer writes to it.
     }
 }
@@ -330,6 +480,25 @@ impl fmt::Debug for Node {
             .field("paused", &state.paused)
             .field("dir", &self.dir.path())
             .finish()
+    }
+}
+
+/// Kills the process if it runs, then starts a new one on the same port, retrying for a while if
+/// the port is briefly held by something else.
+fn respawn(state: &mut State, binary: &Path, port: u16, dir: &Path) -> Result<(), Error> {
+    state.stop_child();
+    let deadline = Instant::now() + RESTART_WINDOW;
+    loop {
+        match spawn_ready(binary, port, dir) {
+            Ok(child) => {
+                state.child = Some(child);
+                return Ok(());
+            }
+            Err(StartFailure::Exited(_)) if Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(50));
+            }
+            Err(StartFailure::Exited(e) | StartFailure::Fatal(e)) => return Err(e),
+        }
     }
 }
 

@@ -235,3 +235,133 @@ fn restart_waits_for_its_port_to_be_released() {
     release.join().unwrap();
     assert_eq!(raw_ping(node, Duration::from_secs(2)).unwrap(), "+PONG\r\n");
 }
+
+/// A live `redis-server` started in `dir`, per `/proc/*/cwd` (it changes to its `--dir`): unlike
+/// the port, the directory cannot be taken by another test's node.
+fn redis_server_in(dir: &Path) -> Option<u32> {
+    std::fs::read_dir("/proc").unwrap().find_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+        // A removed directory reads as "PATH (deleted)".
+        let is_ours = cwd.to_string_lossy().starts_with(&*dir.to_string_lossy());
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        (is_ours && comm.trim() == "redis-server").then_some(pid)
+    })
+}
+
+#[test]
+fn restart_after_keeps_the_node_down_for_the_delay() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+    let port = node.port();
+    node.set("k", "v");
+    let first_pid = node.pid().unwrap();
+
+    let started = Instant::now();
+    let restart = node.restart_after(Duration::from_millis(300));
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "it returns at once"
+    );
+    assert!(!node.is_running());
+    assert!(!Path::new(&format!("/proc/{first_pid}")).exists());
+    thread_sleep_ms(150);
+    assert!(!restart.is_finished());
+    let err = TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused);
+
+    assert!(restart.wait());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(node.is_running());
+    assert_eq!(node.port(), port);
+    assert_eq!(raw_ping(node, Duration::from_secs(2)).unwrap(), "+PONG\r\n");
+    assert_eq!(node.get("k"), None);
+}
+
+#[test]
+fn restart_after_is_cancelled_by_kill_restart_and_another_restart_after() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+
+    let restart = node.restart_after(Duration::from_millis(100));
+    node.kill();
+    assert!(!restart.wait(), "kill cancels it");
+    assert!(!node.is_running());
+
+    let restart = node.restart_after(Duration::from_secs(3600));
+    let started = Instant::now();
+    node.restart();
+    assert!(!restart.wait(), "restart cancels it");
+    assert!(started.elapsed() < Duration::from_secs(1), "and wakes it");
+    assert!(node.is_running());
+
+    let first = node.restart_after(Duration::from_secs(3600));
+    let second = node.restart_after(Duration::ZERO);
+    assert!(!first.wait());
+    assert!(second.wait());
+    assert!(node.is_running());
+}
+
+#[test]
+fn dropping_a_cluster_cancels_a_pending_restart_after() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+    let dir = node.log_path().parent().unwrap().to_path_buf();
+    assert!(
+        redis_server_in(&dir).is_some(),
+        "the check finds a live node"
+    );
+    let restart = node.restart_after(Duration::from_millis(200));
+
+    let started = Instant::now();
+    drop(cluster);
+    assert!(!restart.wait());
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "woken by the drop"
+    );
+    thread_sleep_ms(250);
+    assert_eq!(redis_server_in(&dir), None);
+    assert!(!dir.exists());
+}
+
+#[test]
+fn dropping_a_cluster_while_a_delayed_restart_starts_the_node_leaves_no_process() {
+    // The drop lands before, during or after the new process starts (a few ms to start).
+    for delay_ms in [0, 2, 5, 10, 20] {
+        let cluster = Cluster::start(1);
+        let dir = cluster.node(0).log_path().parent().unwrap().to_path_buf();
+        let restart = cluster
+            .node(0)
+            .restart_after(Duration::from_millis(delay_ms));
+        thread_sleep_ms(5);
+        drop(cluster);
+        // Started and killed by the drop, or never started.
+        let _ = restart.wait();
+        assert_eq!(redis_server_in(&dir), None, "delay {delay_ms} ms");
+    }
+}
+
+#[test]
+fn shorten_sets_a_shorter_ttl_as_a_clock_jump_would() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+    node.set_px("k", "v", Duration::from_secs(30));
+    assert!(node.shorten("k", Duration::from_millis(500)));
+    let pttl = node.pttl("k");
+    assert!(0 < pttl && pttl <= 500, "pttl {pttl}");
+
+    node.set("no-ttl", "v");
+    assert!(node.shorten("no-ttl", Duration::from_secs(1)));
+    assert!(node.pttl("no-ttl") > 0);
+
+    assert!(!node.shorten("missing", Duration::from_secs(1)));
+    assert!(!node.exists("missing"));
+
+    assert!(node.shorten("k", Duration::ZERO));
+    assert!(!node.exists("k"), "a zero TTL expires the key at once");
+}
+
+fn thread_sleep_ms(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
