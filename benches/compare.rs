@@ -1,0 +1,1052 @@
+//! redmutex against the wire floor and against rslock, side by side in one run.
+//!
+//! `cargo bench --bench compare` starts 5 local `redis-server` nodes (through `testenv`) and runs,
+//! for a current-thread and a multi-thread tokio runtime, three workloads (1 task, 32 tasks on
+//! their own names, 8 tasks on one name) with five contenders:
+//!
+//! - **floor wait-all**: the same wire work written with nothing but the redis crate: per cycle
+//!   `SET name value NX PX 8000` to all 5 nodes at once, then the compare-and-delete script by
+//!   `EVALSHA` to all 5, waiting for every reply; on a failed attempt the release and the retry
+//!   delay, as Redlock requires, at most 32 attempts per `lock` like redmutex. One
+//!   [`ConnectionManager`] per node, configured like redmutex's; no per-call timeout, no validity
+//!   arithmetic, 16 raw random bytes as the value.
+//! - **floor quorum**: the same, but each phase returns once a quorum (3 of 5) answered. The
+//!   other replies are not abandoned: their calls stay in the task's in-flight set and are
+//!   consumed while the task waits for its next phase (and drained after the last cycle). Each
+//!   node's commands travel in order on its one multiplexed connection, so a late `SET` can never
+//!   land after the release that follows it.
+//! - **redmutex default** (`with_retry_delay` set for the contended workload only) and
+//!   **redmutex fail-fast** (`with_fail_fast(true)`).
+//! - **rslock** (crates.io), built as `peers/rslock-bench` and run as a subprocess against the same
+//!   nodes with the same harness (`benches/support/harness.rs`).
+//!
+//! Environment: `BENCH_SECS` (measured seconds per row, default 3), `BENCH_WARMUP_MS` (default
+//! 500), `BENCH_RETRY_MS` (retry delay of every contender, default 2), `BENCH_MEMORY_LOCKS`
+//! (locks held at once in the memory test, default 100000).
+//!
+//! Prints a table, then one JSON line per row, also appended to `target/bench-compare.jsonl`.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use futures::future::join_all;
+use futures::stream::FuturesUnordered;
+use rand::Rng;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, RedisResult, Value};
+use redmutex::{Lock, Redlock};
+
+#[path = "support/harness.rs"]
+mod harness;
+
+use harness::{Contender, EXPIRY, Flavor, Json, NODES, Row, TRIES, Timing, Workload};
+
+/// Nodes that must agree.
+const QUORUM: usize = NODES / 2 + 1;
+
+/// redmutex's release script, verbatim (the crate keeps it private): the floor runs the same Lua.
+const RELEASE: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+if current == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return -1
+"#;
+
+/// Concurrent tasks acquiring (and later releasing) the locks of the memory test.
+const MEMORY_TASKS: usize = 64;
+
+/// Expiry of the memory test's locks: long enough that all of them are still held at the end.
+const MEMORY_EXPIRY: Duration = Duration::from_secs(600);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Who {
+    FloorWaitAll,
+    FloorQuorum,
+    RedmutexDefault,
+    RedmutexFailFast,
+    Rslock,
+}
+
+impl Who {
+    /// Table order.
+    const ALL: [Who; 5] = [
+        Who::FloorWaitAll,
+        Who::FloorQuorum,
+        Who::RedmutexDefault,
+        Who::RedmutexFailFast,
+        Who::Rslock,
+    ];
+
+    /// Run order before rotation: each library next to its floor.
+    const RUN: [Who; 5] = [
+        Who::FloorWaitAll,
+        Who::RedmutexDefault,
+        Who::FloorQuorum,
+        Who::RedmutexFailFast,
+        Who::Rslock,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Who::FloorWaitAll => "floor wait-all",
+            Who::FloorQuorum => "floor quorum",
+            Who::RedmutexDefault => "redmutex default",
+            Who::RedmutexFailFast => "redmutex fail-fast",
+            Who::Rslock => "rslock 0.10.0",
+        }
+    }
+
+    /// The floor each contender's ratios are taken against.
+    fn baseline(self) -> Option<Who> {
+        match self {
+            Who::FloorWaitAll => None,
+            Who::FloorQuorum | Who::RedmutexDefault | Who::Rslock => Some(Who::FloorWaitAll),
+            Who::RedmutexFailFast => Some(Who::FloorQuorum),
+        }
+    }
+}
+
+struct Config {
+    timing: Timing,
+    memory_locks: usize,
+}
+
+impl Config {
+    fn from_env() -> Result<Config, String> {
+        let number = |name: &str, default: f64| -> Result<f64, String> {
+            match std::env::var(name) {
+                Ok(text) => text
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|n| n.is_finite() && *n >= 0.0)
+                    .ok_or_else(|| format!("{name}={text:?} is not a non-negative number")),
+                Err(_) => Ok(default),
+            }
+        };
+        Ok(Config {
+            timing: Timing {
+                warmup: Duration::from_secs_f64(number("BENCH_WARMUP_MS", 500.0)? / 1000.0),
+                measure: Duration::from_secs_f64(number("BENCH_SECS", 3.0)?.max(0.1)),
+                retry_delay: Duration::from_secs_f64(number("BENCH_RETRY_MS", 2.0)? / 1000.0),
+            },
+            memory_locks: number("BENCH_MEMORY_LOCKS", 100_000.0)? as usize,
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    // `cargo bench` passes --bench; `cargo test --benches` does not. Only the former measures.
+    if !std::env::args().any(|arg| arg == "--bench") {
+        eprintln!("compare: not invoked by `cargo bench` (no --bench argument); nothing to do");
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("compare: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let run = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+
+    eprintln!("compare: building the rslock peer (peers/rslock-bench, release)");
+    let rslock = build_rslock();
+    if let Err(error) = &rslock {
+        eprintln!("compare: rslock could not be built; its rows say why\n{error}");
+    }
+
+    let cluster = testenv::Cluster::start(NODES);
+    let urls = cluster.urls();
+
+    eprintln!(
+        "compare: memory test, {} locks held at once",
+        config.memory_locks
+    );
+    let memory = memory_test(&cluster, &urls, config.memory_locks);
+
+    let mut rows = Vec::new();
+    let total = Flavor::ALL.len() * Workload::ALL.len() * Who::RUN.len();
+    let mut seq = 0;
+    for (f, &flavor) in Flavor::ALL.iter().enumerate() {
+        for (w, &workload) in Workload::ALL.iter().enumerate() {
+            // Rotate the run order per workload: no contender always runs first or last.
+            let shift = (f * Workload::ALL.len() + w) % Who::RUN.len();
+            for i in 0..Who::RUN.len() {
+                let who = Who::RUN[(i + shift) % Who::RUN.len()];
+                seq += 1;
+                let prefix = format!("bench:{run}:{seq}");
+                eprintln!(
+                    "compare: [{seq:2}/{total}] {:14} {:14} {}",
+                    flavor.name(),
+                    workload.name(),
+                    who.name()
+                );
+                let row = run_contender(
+                    who,
+                    flavor,
+                    workload,
+                    config.timing,
+                    &urls,
+                    &prefix,
+                    &rslock,
+                );
+                rows.push((who, seq, row));
+            }
+        }
+    }
+    add_ratios(&mut rows);
+    rows.sort_by_key(|(who, seq, row)| {
+        (
+            Flavor::ALL.iter().position(|f| f.name() == row.runtime),
+            Workload::ALL.iter().position(|w| w.name() == row.workload),
+            Who::ALL.iter().position(|w| w == who),
+            *seq,
+        )
+    });
+
+    print_table(&rows, &memory, &config, &redis_version(&cluster));
+
+    let mut lines = vec![memory.to_json(run)];
+    for (_, seq, row) in &rows {
+        lines.push(row.to_json(&[
+            ("run", Json::Num(run as f64)),
+            ("seq", Json::Num(*seq as f64)),
+        ]));
+    }
+    println!();
+    for line in &lines {
+        println!("{line}");
+    }
+    let path = target_dir().join("bench-compare.jsonl");
+    match append_lines(&path, &lines) {
+        Ok(()) => eprintln!(
+            "compare: appended {} lines to {}",
+            lines.len(),
+            path.display()
+        ),
+        Err(error) => eprintln!("compare: could not write {}: {error}", path.display()),
+    }
+    ExitCode::SUCCESS
+}
+
+fn run_contender(
+    who: Who,
+    flavor: Flavor,
+    workload: Workload,
+    timing: Timing,
+    urls: &[String],
+    prefix: &str,
+    rslock: &Result<PathBuf, String>,
+) -> Row {
+    let name = who.name();
+    let urls = urls.to_vec();
+    match who {
+        Who::FloorWaitAll => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let (nodes, digest) = floor_connections(&urls).await?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| FloorWaitAll {
+                        key: Key::new(name, &digest),
+                        nodes: nodes.clone(),
+                        retry_delay: timing.retry_delay,
+                    })
+                    .collect())
+            })
+        }
+        Who::FloorQuorum => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let (nodes, digest) = floor_connections(&urls).await?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| FloorQuorum {
+                        key: Key::new(name, &digest),
+                        nodes: nodes.clone(),
+                        retry_delay: timing.retry_delay,
+                        in_flight: FuturesUnordered::new(),
+                        call,
+                        phase: 0,
+                    })
+                    .collect())
+            })
+        }
+        Who::RedmutexDefault | Who::RedmutexFailFast => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| {
+                        let mut mutex = redlock.new_mutex(name);
+                        if workload.contended() {
+                            mutex = mutex.with_retry_delay(timing.retry_delay);
+                        }
+                        if who == Who::RedmutexFailFast {
+                            mutex = mutex.with_fail_fast(true);
+                        }
+                        Redmutex { mutex, held: None }
+                    })
+                    .collect())
+            })
+        }
+        Who::Rslock => match rslock {
+            Ok(binary) => run_rslock(binary, flavor, workload, timing, &urls, prefix),
+            Err(error) => Row::failed(
+                name,
+                flavor,
+                workload,
+                timing,
+                format!("not built: {}", first_line(error)),
+            ),
+        },
+    }
+}
+
+/// One task's redmutex client: a `Mutex` made once, the lock it holds between `lock` and `unlock`.
+struct Redmutex {
+    mutex: redmutex::Mutex,
+    held: Option<Lock>,
+}
+
+impl Contender for Redmutex {
+    async fn lock(&mut self) -> bool {
+        match self.mutex.lock().await {
+            Ok(lock) => {
+                self.held = Some(lock);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn unlock(&mut self) -> bool {
+        match self.held.take() {
+            Some(lock) => lock.unlock().await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// One connection per node, as redmutex makes them, and the release script loaded on each.
+async fn floor_connections(urls: &[String]) -> Result<(Vec<ConnectionManager>, String), String> {
+    let mut nodes = Vec::new();
+    for url in urls {
+        let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(None)
+            .set_number_of_retries(0);
+        let mut node = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(RELEASE)
+            .query_async::<String>(&mut node)
+            .await
+            .map_err(|e| format!("{url}: SCRIPT LOAD: {e}"))?;
+        nodes.push(node);
+    }
+    let digest = redis::Script::new(RELEASE).get_hash().to_owned();
+    Ok((nodes, digest))
+}
+
+/// A task's key, the release script's digest, and the value of the current acquisition.
+struct Key {
+    name: String,
+    digest: String,
+    value: [u8; 16],
+}
+
+impl Key {
+    fn new(name: String, digest: &str) -> Key {
+        Key {
+            name,
+            digest: digest.to_owned(),
+            value: [0; 16],
+        }
+    }
+
+    /// A fresh value per acquisition: 16 bytes from the thread-local CSPRNG, sent as they are.
+    fn new_value(&mut self) {
+        rand::rng().fill_bytes(&mut self.value);
+    }
+
+    fn set(&self) -> Cmd {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&self.name)
+            .arg(&self.value[..])
+            .arg("NX")
+            .arg("PX")
+            .arg(EXPIRY.as_millis() as u64);
+        cmd
+    }
+
+    fn release(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.digest)
+            .arg(1)
+            .arg(&self.name)
+            .arg(&self.value[..]);
+        cmd
+    }
+}
+
+fn is_ok(reply: &Value) -> bool {
+    matches!(reply, Value::Okay)
+}
+
+fn is_released(reply: &Value) -> bool {
+    matches!(reply, Value::Int(1))
+}
+
+fn is_answer(reply: &Value) -> bool {
+    !matches!(reply, Value::ServerError(_))
+}
+
+/// The floor that waits for every reply: `join_all` over the 5 connections, nothing else.
+struct FloorWaitAll {
+    key: Key,
+    nodes: Vec<ConnectionManager>,
+    retry_delay: Duration,
+}
+
+impl FloorWaitAll {
+    async fn all(&mut self, cmd: &Cmd, counts: fn(&Value) -> bool) -> usize {
+        join_all(
+            self.nodes
+                .iter_mut()
+                .map(|node| node.send_packed_command(cmd)),
+        )
+        .await
+        .iter()
+        .filter(|reply| reply.as_ref().is_ok_and(counts))
+        .count()
+    }
+}
+
+impl Contender for FloorWaitAll {
+    async fn lock(&mut self) -> bool {
+        self.key.new_value();
+        let set = self.key.set();
+        for _ in 0..TRIES {
+            if self.all(&set, is_ok).await >= QUORUM {
+                return true;
+            }
+            let release = self.key.release();
+            self.all(&release, is_answer).await;
+            tokio::time::sleep(self.retry_delay).await;
+        }
+        false
+    }
+
+    async fn unlock(&mut self) -> bool {
+        let release = self.key.release();
+        self.all(&release, is_released).await >= QUORUM
+    }
+}
+
+/// One node call that owns what it uses, tagged with its phase, so it can outlive the phase.
+async fn call(mut node: ConnectionManager, cmd: Arc<Cmd>, phase: u64) -> (u64, RedisResult<Value>) {
+    let reply = node.send_packed_command(&cmd).await;
+    (phase, reply)
+}
+
+/// The floor that returns at the quorum. `F` is the future of [`call`] (`M`), named through the
+/// function so the in-flight set needs no boxing.
+struct FloorQuorum<F, M> {
+    key: Key,
+    nodes: Vec<ConnectionManager>,
+    retry_delay: Duration,
+    /// Calls of this and earlier phases; earlier ones are consumed as they come in.
+    in_flight: FuturesUnordered<F>,
+    call: M,
+    phase: u64,
+}
+
+impl<F, M> FloorQuorum<F, M>
+where
+    F: Future<Output = (u64, RedisResult<Value>)>,
+    M: Fn(ConnectionManager, Arc<Cmd>, u64) -> F,
+{
+    /// Sends `cmd` to every node; true once a quorum of replies satisfy `counts`, false once
+    /// they no longer can.
+    async fn quorum(&mut self, cmd: Cmd, counts: fn(&Value) -> bool) -> bool {
+        self.phase += 1;
+        let cmd = Arc::new(cmd);
+        for node in &self.nodes {
+            self.in_flight
+                .push((self.call)(node.clone(), Arc::clone(&cmd), self.phase));
+        }
+        let (mut yes, mut no) = (0, 0);
+        while let Some((phase, reply)) = self.in_flight.next().await {
+            if phase != self.phase {
+                continue;
+            }
+            if reply.as_ref().is_ok_and(counts) {
+                yes += 1;
+            } else {
+                no += 1;
+            }
+            if yes >= QUORUM {
+                return true;
+            }
+            if no > NODES - QUORUM {
+                return false;
+            }
+        }
+        false
+    }
+}
+
+impl<F, M> Contender for FloorQuorum<F, M>
+where
+    F: Future<Output = (u64, RedisResult<Value>)> + Send + 'static,
+    M: Fn(ConnectionManager, Arc<Cmd>, u64) -> F + Send + 'static,
+{
+    async fn lock(&mut self) -> bool {
+        self.key.new_value();
+        for _ in 0..TRIES {
+            if self.quorum(self.key.set(), is_ok).await {
+                return true;
+            }
+            self.quorum(self.key.release(), is_answer).await;
+            tokio::time::sleep(self.retry_delay).await;
+        }
+        false
+    }
+
+    async fn unlock(&mut self) -> bool {
+        self.quorum(self.key.release(), is_released).await
+    }
+
+    async fn finish(&mut self) {
+        while self.in_flight.next().await.is_some() {}
+    }
+}
+
+/// The main target directory (`CARGO_TARGET_DIR` or `target/` of this package).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+/// Builds `peers/rslock-bench` in release mode (its own workspace, its own target directory) and
+/// returns the binary. Running the binary directly equals `cargo run --release --manifest-path
+/// peers/rslock-bench/Cargo.toml -- ...` without cargo's start-up on every row.
+fn build_rslock() -> Result<PathBuf, String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/rslock-bench/Cargo.toml");
+    let target = target_dir().join("rslock-bench");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(format!(
+            "cargo build of {} failed ({})\n{}",
+            manifest.display(),
+            output.status,
+            tail.join("\n")
+        ));
+    }
+    Ok(target.join("release/rslock-bench"))
+}
+
+fn run_rslock(
+    binary: &Path,
+    flavor: Flavor,
+    workload: Workload,
+    timing: Timing,
+    urls: &[String],
+    prefix: &str,
+) -> Row {
+    let name = Who::Rslock.name();
+    let millis = |d: Duration| format!("{}", d.as_secs_f64() * 1000.0);
+    let output = Command::new(binary)
+        .args(["--urls", &urls.join(",")])
+        .args(["--runtime", flavor.name()])
+        .args(["--workload", workload.name()])
+        .args(["--secs", &timing.measure.as_secs_f64().to_string()])
+        .args(["--warmup-ms", &millis(timing.warmup)])
+        .args(["--retry-ms", &millis(timing.retry_delay)])
+        .args(["--prefix", prefix])
+        .stdin(Stdio::null())
+        .output();
+    let failed = |error: String| Row::failed(name, flavor, workload, timing, error);
+    let output = match output {
+        Ok(output) => output,
+        Err(error) => return failed(format!("could not run {}: {error}", binary.display())),
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().rev().find(|line| line.starts_with('{'));
+    match (output.status.success(), line) {
+        (true, Some(line)) => Row::from_json(line).unwrap_or_else(&failed),
+        _ => failed(format!(
+            "rslock-bench exited with {}: {}",
+            output.status,
+            first_line(&String::from_utf8_lossy(&output.stderr))
+        )),
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")
+}
+
+/// Ratios of each row to its floor in the same runtime and workload.
+fn add_ratios(rows: &mut [(Who, usize, Row)]) {
+    let snapshot: Vec<(Who, Row)> = rows.iter().map(|(w, _, r)| (*w, r.clone())).collect();
+    for (who, _, row) in rows.iter_mut() {
+        let Some(base_who) = who.baseline() else {
+            continue;
+        };
+        let Some((_, base)) = snapshot.iter().find(|(w, r)| {
+            *w == base_who && r.runtime == row.runtime && r.workload == row.workload
+        }) else {
+            continue;
+        };
+        if row.error.is_some() || base.error.is_some() {
+            continue;
+        }
+        let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
+        row.vs = Some(base.contender.clone());
+        row.throughput_ratio = ratio(row.cycles_per_s, base.cycles_per_s);
+        row.p50_ratio = ratio(row.p50_us, base.p50_us);
+        row.p99_ratio = ratio(row.p99_us, base.p99_us);
+        row.cpu_ratio = ratio(row.cpu_us_per_cycle, base.cpu_us_per_cycle);
+    }
+}
+
+/// What holding many locks at once costs the client.
+#[derive(Default)]
+struct Memory {
+    locks: usize,
+    rss_before_kib: u64,
+    rss_after_kib: u64,
+    acquire_secs: f64,
+    release_secs: f64,
+    release_failures: usize,
+    /// Connections per node from this process, not counting the probe: before the client exists,
+    /// after one lock, and with every lock held.
+    connections_before: Vec<i64>,
+    connections_idle: Vec<i64>,
+    connections_held: Vec<i64>,
+    error: Option<String>,
+}
+
+impl Memory {
+    fn bytes_per_lock(&self) -> f64 {
+        let grown = self.rss_after_kib.saturating_sub(self.rss_before_kib);
+        (grown * 1024) as f64 / self.locks.max(1) as f64
+    }
+
+    fn to_json(&self, run: u64) -> String {
+        let list = |counts: &[i64]| {
+            Json::Str(
+                counts
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
+        };
+        let max = |counts: &[i64]| Json::Num(counts.iter().copied().max().unwrap_or(-1) as f64);
+        Json::object(&[
+            ("run", Json::Num(run as f64)),
+            ("kind", Json::Str("memory".into())),
+            ("contender", Json::Str("redmutex default".into())),
+            ("locks", Json::Num(self.locks as f64)),
+            ("expiry_s", Json::Num(MEMORY_EXPIRY.as_secs_f64())),
+            ("rss_before_kib", Json::Num(self.rss_before_kib as f64)),
+            ("rss_after_kib", Json::Num(self.rss_after_kib as f64)),
+            ("bytes_per_lock", Json::Num(self.bytes_per_lock())),
+            ("acquire_secs", Json::Num(self.acquire_secs)),
+            ("release_secs", Json::Num(self.release_secs)),
+            ("release_failures", Json::Num(self.release_failures as f64)),
+            ("connections_before", list(&self.connections_before)),
+            ("connections_idle", list(&self.connections_idle)),
+            ("connections_held", list(&self.connections_held)),
+            ("connections_held_max", max(&self.connections_held)),
+            ("error", self.error.clone().map_or(Json::Null, Json::Str)),
+        ])
+    }
+}
+
+/// `connected_clients` of every node, less the probe's own connection.
+fn connections(probes: &mut [redis::Connection]) -> Vec<i64> {
+    probes
+        .iter_mut()
+        .map(|probe| {
+            let info: String = redis::cmd("INFO")
+                .arg("clients")
+                .query(probe)
+                .unwrap_or_default();
+            info.lines()
+                .find_map(|line| line.strip_prefix("connected_clients:"))
+                .and_then(|n| n.trim().parse::<i64>().ok())
+                .map_or(-1, |n| n - 1)
+        })
+        .collect()
+}
+
+/// Acquires `count` locks on distinct names with one `Redlock`, holds them all, and measures RSS
+/// before and after, and the connections the nodes see; then releases them.
+fn memory_test(cluster: &testenv::Cluster, urls: &[String], count: usize) -> Memory {
+    let mut memory = Memory {
+        locks: count,
+        ..Memory::default()
+    };
+    if let Err(error) = memory_test_inner(cluster, urls, &mut memory) {
+        memory.error = Some(error);
+    }
+    memory
+}
+
+fn memory_test_inner(
+    cluster: &testenv::Cluster,
+    urls: &[String],
+    memory: &mut Memory,
+) -> Result<(), String> {
+    let mut probes: Vec<redis::Connection> =
+        cluster.nodes().iter().map(|n| n.connection()).collect();
+    memory.connections_before = connections(&mut probes);
+    let runtime = Flavor::Current.runtime()?;
+    let redlock = runtime.block_on(async {
+        let redlock = Redlock::connect(urls).await.map_err(|e| e.to_string())?;
+        let lock = redlock
+            .new_mutex("bench:memory:warm")
+            .lock()
+            .await
+            .map_err(|e| e.to_string())?;
+        lock.unlock().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(redlock)
+    })?;
+    memory.connections_idle = connections(&mut probes);
+
+    memory.rss_before_kib = harness::rss_kib().ok_or("no /proc/self/status")?;
+    let started = Instant::now();
+    let locks = runtime.block_on(acquire_many(&redlock, memory.locks))?;
+    memory.acquire_secs = started.elapsed().as_secs_f64();
+    memory.rss_after_kib = harness::rss_kib().ok_or("no /proc/self/status")?;
+    memory.connections_held = connections(&mut probes);
+
+    let started = Instant::now();
+    memory.release_failures = runtime.block_on(release_many(locks));
+    memory.release_secs = started.elapsed().as_secs_f64();
+    Ok(())
+}
+
+async fn acquire_many(redlock: &Redlock, count: usize) -> Result<Vec<Lock>, String> {
+    let tasks: Vec<_> = (0..MEMORY_TASKS)
+        .map(|task| {
+            let redlock = redlock.clone();
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                for i in (task..count).step_by(MEMORY_TASKS) {
+                    let lock = redlock
+                        .new_mutex(format!("bench:memory:{i}"))
+                        .with_expiry(MEMORY_EXPIRY)
+                        .lock()
+                        .await
+                        .map_err(|e| format!("lock {i}: {e}"))?;
+                    held.push(lock);
+                }
+                Ok::<_, String>(held)
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(count);
+    for task in tasks {
+        all.extend(task.await.map_err(|e| e.to_string())??);
+    }
+    Ok(all)
+}
+
+async fn release_many(locks: Vec<Lock>) -> usize {
+    let per_task = locks.len().div_ceil(MEMORY_TASKS).max(1);
+    let mut locks = locks.into_iter();
+    let mut tasks = Vec::new();
+    loop {
+        let chunk: Vec<Lock> = locks.by_ref().take(per_task).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        tasks.push(tokio::spawn(async move {
+            let mut failures = 0;
+            for lock in chunk {
+                failures += usize::from(lock.unlock().await.is_err());
+            }
+            failures
+        }));
+    }
+    let mut failures = 0;
+    for task in tasks {
+        failures += task.await.unwrap_or(per_task);
+    }
+    failures
+}
+
+fn ratio(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".into(), |r| format!("{r:.2}"))
+}
+
+fn print_table(rows: &[(Who, usize, Row)], memory: &Memory, config: &Config, version: &str) {
+    let timing = config.timing;
+    println!();
+    println!(
+        "redmutex compare: {} local redis-server nodes ({}), {} cores, {:.1} s measured per row \
+         after {:.1} s warm-up, retry delay {:.1} ms (contended), expiry {} s",
+        NODES,
+        version,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        timing.measure.as_secs_f64(),
+        timing.warmup.as_secs_f64(),
+        timing.retry_delay.as_secs_f64() * 1000.0,
+        EXPIRY.as_secs(),
+    );
+    println!(
+        "latency = one lock+unlock cycle (retries included); CPU = process user+sys time (all \
+         threads) per cycle; cores = CPU time / wall time; sys = kernel share of the CPU time; \
+         ratios are to the floor named in `vs`"
+    );
+    println!();
+    println!(
+        "{:<14} {:<14} {:<18} {:>9} {:>8} {:>8} {:>8} {:>5} {:>4} | {:<14} {:>5} {:>5} {:>5} {:>5} | {:>5}",
+        "runtime",
+        "workload",
+        "contender",
+        "cycles/s",
+        "p50 us",
+        "p99 us",
+        "CPU us",
+        "cores",
+        "sys",
+        "vs",
+        "thr x",
+        "p50 x",
+        "p99 x",
+        "CPU x",
+        "fails",
+    );
+    let mut last_group = None;
+    for (_, _, row) in rows {
+        let group = (row.runtime.clone(), row.workload.clone());
+        if last_group.as_ref().is_some_and(|g| *g != group) {
+            println!();
+        }
+        last_group = Some(group);
+        if let Some(error) = &row.error {
+            println!(
+                "{:<14} {:<14} {:<18} no result: {error}",
+                row.runtime, row.workload, row.contender
+            );
+            continue;
+        }
+        println!(
+            "{:<14} {:<14} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>5.2} {:>3.0}% | {:<14} {:>5} {:>5} {:>5} {:>5} | {:>5}",
+            row.runtime,
+            row.workload,
+            row.contender,
+            row.cycles_per_s,
+            row.p50_us,
+            row.p99_us,
+            row.cpu_us_per_cycle,
+            row.cpu_cores,
+            row.cpu_sys_share * 100.0,
+            row.vs.as_deref().unwrap_or("-"),
+            ratio(row.throughput_ratio),
+            ratio(row.p50_ratio),
+            ratio(row.p99_ratio),
+            ratio(row.cpu_ratio),
+            row.lock_failures + row.unlock_failures,
+        );
+    }
+
+    println!();
+    println!(
+        "contended-8: hand-off = one holder starting its unlock -> the next holder's lock returning; \
+         spread = acquisitions per task"
+    );
+    println!(
+        "{:<14} {:<18} {:>12} {:>12} {:>9} {:>9} {:>7} {:>10} {:>10}",
+        "runtime",
+        "contender",
+        "handoff p50",
+        "handoff p99",
+        "task min",
+        "task max",
+        "CV",
+        "lock fails",
+        "violations",
+    );
+    for (_, _, row) in rows
+        .iter()
+        .filter(|(_, _, r)| r.workload == Workload::Contended8.name() && r.error.is_none())
+    {
+        println!(
+            "{:<14} {:<18} {:>9.1} us {:>9.1} us {:>9} {:>9} {:>7.3} {:>10} {:>10}",
+            row.runtime,
+            row.contender,
+            row.handoff_p50_us.unwrap_or(0.0),
+            row.handoff_p99_us.unwrap_or(0.0),
+            row.task_min,
+            row.task_max,
+            row.task_cv,
+            row.lock_failures,
+            row.violations,
+        );
+    }
+
+    println!();
+    match &memory.error {
+        Some(error) => println!("memory: no result: {error}"),
+        None => {
+            println!(
+                "memory: {} redmutex locks held at once (distinct names, expiry {} s): RSS {} -> {} KiB, \
+                 {:.0} bytes per held lock (target < 1024); acquired in {:.1} s, released in {:.1} s \
+                 ({} release failures)",
+                memory.locks,
+                MEMORY_EXPIRY.as_secs(),
+                memory.rss_before_kib,
+                memory.rss_after_kib,
+                memory.bytes_per_lock(),
+                memory.acquire_secs,
+                memory.release_secs,
+                memory.release_failures,
+            );
+            println!(
+                "connections per node from this process: {:?} before connect, {:?} after one lock, \
+                 {:?} with all locks held (one Redlock client)",
+                memory.connections_before, memory.connections_idle, memory.connections_held,
+            );
+        }
+    }
+
+    println!();
+    print_targets(rows);
+}
+
+/// The issue's targets, as ratios from this run (reported, not asserted).
+fn print_targets(rows: &[(Who, usize, Row)]) {
+    let find = |who: Who, runtime: &str, workload: Workload| {
+        rows.iter()
+            .find(|(w, _, r)| *w == who && r.runtime == runtime && r.workload == workload.name())
+            .map(|(_, _, r)| r)
+            .filter(|r| r.error.is_none())
+    };
+    println!("targets (this run):");
+    for flavor in Flavor::ALL {
+        let rt = flavor.name();
+        let mut line = format!("  {rt:<14}");
+        let u1 = Workload::Uncontended1;
+        let u32_ = Workload::Uncontended32;
+        for (label, who, workload, pick) in [
+            (
+                "1-task p50 default/wait-all",
+                Who::RedmutexDefault,
+                u1,
+                "p50",
+            ),
+            (
+                "1-task p50 fail-fast/quorum",
+                Who::RedmutexFailFast,
+                u1,
+                "p50",
+            ),
+            (
+                "32-task thr default/wait-all",
+                Who::RedmutexDefault,
+                u32_,
+                "thr",
+            ),
+            (
+                "32-task thr fail-fast/quorum",
+                Who::RedmutexFailFast,
+                u32_,
+                "thr",
+            ),
+            (
+                "32-task CPU default/wait-all",
+                Who::RedmutexDefault,
+                u32_,
+                "cpu",
+            ),
+            (
+                "32-task CPU fail-fast/quorum",
+                Who::RedmutexFailFast,
+                u32_,
+                "cpu",
+            ),
+        ] {
+            let value = find(who, rt, workload).and_then(|r| match pick {
+                "p50" => r.p50_ratio,
+                "thr" => r.throughput_ratio,
+                _ => r.cpu_ratio,
+            });
+            let goal = match pick {
+                "p50" => "<= 1.05",
+                "thr" => ">= 0.95",
+                _ => "<= 1.10",
+            };
+            line.push_str(&format!(
+                "\n    {label:<30} {:>5} (goal {goal})",
+                ratio(value)
+            ));
+        }
+        let ff = find(Who::RedmutexFailFast, rt, u32_);
+        let rs = find(Who::Rslock, rt, u32_);
+        let versus = ff.zip(rs).and_then(|(ff, rs)| {
+            (rs.cycles_per_s > 0.0).then(|| ff.cycles_per_s / rs.cycles_per_s)
+        });
+        line.push_str(&format!(
+            "\n    {:<30} {:>5} (goal >= 1.25)",
+            "32-task thr fail-fast/rslock",
+            ratio(versus)
+        ));
+        println!("{line}");
+    }
+}
+
+/// `redis_version` from `INFO server` of node 0.
+fn redis_version(cluster: &testenv::Cluster) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut cluster.node(0).connection())
+        .unwrap_or_default();
+    info.lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map_or_else(|| "redis ?".into(), |v| format!("redis {}", v.trim()))
+}
+
+fn append_lines(path: &Path, lines: &[String]) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    for line in lines {
+        writeln!(file, "{line}")?;
+    }
+    Ok(())
+}
