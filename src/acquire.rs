@@ -4,16 +4,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
+use tokio::task::JoinHandle;
 
 use crate::error::Error;
-use crate::fanout::{self, Settle};
+use crate::fanout;
 use crate::lock::{Lock, deadline};
 use crate::mutex::Mutex;
 use crate::node::{Delivery, Op, Request};
 use crate::quorum::{Tally, validity};
 use crate::settings::Plan;
 
-/// Makes up to `tries` attempts to acquire `mutex` with `value`.
+/// The release of a failed attempt.
+enum Cleanup {
+    /// Done; `confirmed` if every node answered it.
+    Done { confirmed: bool },
+    /// Running in the background (fail-fast); yields whether every node answered it.
+    Background(JoinHandle<bool>),
+}
+
+/// Makes up to `tries` attempts to acquire `mutex`, starting with `value`.
 pub(crate) async fn acquire(
     mutex: &Mutex,
     plan: &Plan,
@@ -23,12 +32,12 @@ pub(crate) async fn acquire(
     let mut guard = CancelGuard {
         mutex,
         plan,
-        value: &value,
+        value,
         armed: true,
     };
     let mut attempt = 1;
     loop {
-        let cleanup = match attempt_once(mutex, plan, &value).await {
+        let cleanup = match attempt_once(mutex, plan, &guard.value).await {
             Ok(lock) => {
                 guard.armed = false;
                 return Ok(lock);
@@ -44,23 +53,33 @@ pub(crate) async fn acquire(
         let delay = plan.retry_delay_after(attempt);
         // The next attempt reuses the value, so this attempt's release must be done before it
         // starts, or it could delete the next attempt's keys.
-        let wait_cleanup = async {
-            if let Some(cleanup) = cleanup {
-                cleanup.await;
+        let confirmed = match cleanup {
+            Cleanup::Done { confirmed } => {
+                tokio::time::sleep(delay).await;
+                confirmed
+            }
+            Cleanup::Background(task) => {
+                let (_, confirmed) = futures::join!(tokio::time::sleep(delay), task);
+                confirmed.unwrap_or(false)
             }
         };
-        futures::join!(tokio::time::sleep(delay), wait_cleanup);
+        if !confirmed {
+            // A release that timed out is still queued; should the connection be re-made, it
+            // could run after the next attempt's SET on the new connection and delete that key.
+            // A fresh value makes such a late release harmless. It is still on its way, so the
+            // old value needs no release of ours any more.
+            guard.value = mutex.new_value()?;
+        }
         attempt += 1;
     }
 }
 
-/// One attempt. On failure, the release of whatever it set: done (`None`), or running in the
-/// background in fail-fast mode.
+/// One attempt. On failure, the error and the release of whatever the attempt set.
 async fn attempt_once(
     mutex: &Mutex,
     plan: &Plan,
     value: &Arc<str>,
-) -> Result<Lock, (Error, Option<Settle>)> {
+) -> Result<Lock, (Error, Cleanup)> {
     let nodes = mutex.redlock().nodes();
     let request = Arc::new(Request::new(
         Op::Acquire,
@@ -102,32 +121,30 @@ async fn attempt_once(
                 Arc::clone(nodes),
                 Arc::clone(mutex.name_arc()),
                 Arc::clone(value),
-                plan.node_timeout,
+                plan,
                 in_flight,
                 Delivery::Inline,
             );
+            let confirmed = |tally: Tally| tally.unconfirmed() == 0;
             if plan.fail_fast {
-                let task = tokio::spawn(release);
-                let done: Settle = futures::FutureExt::shared(futures::FutureExt::boxed(async {
-                    let _ = task.await;
-                }));
-                Err((error, Some(done)))
+                let task = tokio::spawn(async move { confirmed(release.await) });
+                Err((error, Cleanup::Background(task)))
             } else {
-                release.await;
-                Err((error, None))
+                let confirmed = confirmed(release.await);
+                Err((error, Cleanup::Done { confirmed }))
             }
         }
     }
 }
 
-/// Releases `value` in the background if `acquire` is dropped before it returns.
+/// Releases the current value in the background if `acquire` is dropped before it returns.
 ///
 /// Cancel safety of `lock()`: a dropped future must not leave keys behind for the full expiry when
 /// it can help it. The value is never used again, so the late release cannot hit a later holder.
 struct CancelGuard<'a> {
     mutex: &'a Mutex,
     plan: &'a Plan,
-    value: &'a Arc<str>,
+    value: Arc<str>,
     armed: bool,
 }
 
@@ -137,8 +154,8 @@ impl Drop for CancelGuard<'_> {
             fanout::spawn_release(
                 Arc::clone(self.mutex.redlock().nodes()),
                 Arc::clone(self.mutex.name_arc()),
-                Arc::clone(self.value),
-                self.plan.node_timeout,
+                Arc::clone(&self.value),
+                self.plan,
                 None,
             );
         }

@@ -11,6 +11,7 @@ use rand::seq::SliceRandom;
 use crate::error::NodeErrorKind;
 use crate::node::{Delivery, Node, Op, Request, call};
 use crate::quorum::Tally;
+use crate::settings::Plan;
 
 /// Resolves once node calls that outlived their operation (fail-fast) have finished.
 ///
@@ -74,19 +75,24 @@ where
 }
 
 /// Releases `value` on every node, after `settle` (calls of the same value still in flight).
-pub(crate) async fn release(
+pub(crate) fn release(
     nodes: Arc<[Node]>,
     name: Arc<str>,
     value: Arc<str>,
-    timeout: Duration,
+    plan: &Plan,
     settle: Option<Settle>,
     delivery: Delivery,
-) -> Tally {
-    if let Some(settle) = settle {
-        settle.await;
+) -> impl Future<Output = Tally> + Send + 'static {
+    // The expiry travels with the request: it bounds how long a follow-up to a stalled node may
+    // wait (after the expiry the key is gone anyway).
+    let (timeout, millis) = (plan.node_timeout, plan.millis);
+    async move {
+        if let Some(settle) = settle {
+            settle.await;
+        }
+        let request = Request::with_delivery(Op::Release, &name, &value, millis, delivery);
+        all(&nodes, request, timeout, false).await
     }
-    let request = Request::with_delivery(Op::Release, &name, &value, 0, delivery);
-    all(&nodes, request, timeout, false).await
 }
 
 /// Best-effort release in a background task: for handles dropped without `unlock()` and for
@@ -95,17 +101,10 @@ pub(crate) fn spawn_release(
     nodes: Arc<[Node]>,
     name: Arc<str>,
     value: Arc<str>,
-    timeout: Duration,
+    plan: &Plan,
     settle: Option<Settle>,
 ) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(release(
-            nodes,
-            name,
-            value,
-            timeout,
-            settle,
-            Delivery::Inline,
-        ));
+        runtime.spawn(release(nodes, name, value, plan, settle, Delivery::Inline));
     }
 }

@@ -246,21 +246,31 @@ impl Lock {
     /// ```
     pub async fn unlock(&self) -> Result<(), Error> {
         let plan = self.prepare()?;
-        let settle = self.state().settle.clone();
+        let settle = {
+            let mut state = self.state();
+            // From here on some nodes may have let go: whatever the outcome, this handle no longer
+            // proves ownership, so its validity ends now.
+            state.valid_until = state.valid_until.min(Instant::now());
+            state.settle.clone()
+        };
         let mutex = &self.held.mutex;
         let tally = fanout::release(
             Arc::clone(mutex.redlock().nodes()),
             Arc::clone(mutex.name_arc()),
             Arc::clone(&self.held.value),
-            plan.node_timeout,
+            &plan,
             settle,
             Delivery::ByDigest,
         )
         .await;
-        tally.judge_release()?;
+        let judged = tally.judge_release();
         let mut state = self.state();
+        // A clone unlocked while this call was in flight: the lock is released either way.
+        if state.unlocked {
+            return Err(Error::Unlocked);
+        }
+        judged?;
         state.unlocked = true;
-        state.valid_until = state.valid_until.min(Instant::now());
         Ok(())
     }
 
@@ -310,7 +320,7 @@ impl Drop for Held {
             Arc::clone(self.mutex.redlock().nodes()),
             Arc::clone(self.mutex.name_arc()),
             Arc::clone(&self.value),
-            plan.node_timeout,
+            &plan,
             state.settle.take(),
         );
     }

@@ -254,13 +254,18 @@ impl Mutex {
     /// # let cluster = testenv::Cluster::start(1);
     /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::time::{SystemTime, UNIX_EPOCH};
     /// static SEQUENCE: AtomicU64 = AtomicU64::new(0);
     ///
-    /// let mutex = redlock.new_mutex("report").with_value_fn(|| {
-    ///     format!("worker-7:{}", SEQUENCE.fetch_add(1, Ordering::Relaxed))
+    /// // Traceable values: who took the lock, unique across restarts (start time) and within the
+    /// // process (sequence). A plain counter would repeat after a restart.
+    /// let started = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |t| t.as_nanos());
+    /// let mutex = redlock.new_mutex("report").with_value_fn(move || {
+    ///     let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    ///     format!("worker-7:{}:{started}:{n}", std::process::id())
     /// });
     /// let lock = mutex.lock().await?;
-    /// assert_eq!(lock.value(), "worker-7:0");
+    /// assert!(lock.value().starts_with("worker-7:"));
     /// # lock.unlock().await?;
     /// # Ok(())
     /// # }
@@ -401,6 +406,10 @@ impl Mutex {
     pub fn adopt(&self, value: impl Into<String>) -> Lock {
         let value: String = value.into();
         Lock::new(self.clone(), value.into(), Instant::now(), None)
+    }
+
+    pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
+        self.settings.new_value()
     }
 
     pub(crate) fn plan(&self) -> Result<Plan, Error> {

@@ -14,8 +14,9 @@ use crate::scripts::{DIGESTS, EXTEND, RELEASE};
 ///
 /// Built from the redis crate's [`ConnectionManager`] (reconnects by itself; recommended) or a plain
 /// [`MultiplexedConnection`] (never reconnects). Either way redmutex bounds every call by its own
-/// per-node timeout, so build them **without** a response timeout of their own
-/// (`ConnectionManagerConfig::set_response_timeout(None)`): a shorter one would cut node calls short.
+/// per-node timeout, so build them **without** response and connect timeouts of their own
+/// (`set_response_timeout(None)` and `set_connection_timeout(None)` on `ConnectionManagerConfig` or
+/// `AsyncConnectionConfig`): the redis crate's defaults (500 ms, 1 s) would cut node calls short.
 ///
 /// # Examples
 ///
@@ -28,7 +29,9 @@ use crate::scripts::{DIGESTS, EXTEND, RELEASE};
 ///
 /// let mut connections = Vec::new();
 /// for url in cluster.urls() {
-///     let config = ConnectionManagerConfig::new().set_response_timeout(None);
+///     let config = ConnectionManagerConfig::new()
+///         .set_response_timeout(None)
+///         .set_connection_timeout(None);
 ///     let manager = ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?;
 ///     connections.push(NodeConnection::from(manager));
 /// }
@@ -130,6 +133,7 @@ pub(crate) enum Delivery {
 /// One command, built once and sent to every node.
 pub(crate) struct Request {
     op: Op,
+    delivery: Delivery,
     cmd: Cmd,
     name: Arc<str>,
     value: Arc<str>,
@@ -169,6 +173,7 @@ impl Request {
         };
         Request {
             op,
+            delivery,
             cmd,
             name: Arc::clone(name),
             value: Arc::clone(value),
@@ -200,6 +205,24 @@ impl Request {
             },
             other => other,
         }
+    }
+
+    /// After a release by digest timed out: the EVALSHA may still be queued at a stalled node, which
+    /// will answer NOSCRIPT if it lost its script cache, and nobody is left to send the fallback.
+    /// An EVAL queued behind it on the same connection releases the key either way (and finds
+    /// nothing to do if the first one did). Bounded by the expiry, after which the key is gone.
+    fn follow_up(&self, mut connection: NodeConnection) {
+        if self.op != Op::Release || self.delivery != Delivery::ByDigest {
+            return;
+        }
+        let (Some(eval), Ok(runtime)) = (self.eval_cmd(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let bound = Duration::from_millis(self.millis);
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(bound, connection.send(&eval)).await;
+        });
     }
 
     /// Reads a node's reply as "ours", "taken", "missing" or a failure.
@@ -251,7 +274,10 @@ pub(crate) async fn call(
     let outcome = match tokio::time::timeout(timeout, request.send(&mut connection)).await {
         Ok(Ok(reply)) => request.interpret(reply),
         Ok(Err(error)) => Err(NodeErrorKind::Redis(error)),
-        Err(_elapsed) => Err(NodeErrorKind::Timeout(timeout)),
+        Err(_elapsed) => {
+            request.follow_up(connection);
+            Err(NodeErrorKind::Timeout(timeout))
+        }
     };
     (node, outcome)
 }

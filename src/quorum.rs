@@ -71,11 +71,24 @@ impl Tally {
         }
     }
 
-    /// True once more replies cannot change whether a quorum said "ours".
+    /// Nodes that did not give a definite answer (timeouts, errors): whatever was sent to them may
+    /// still happen, or may not.
+    pub(crate) fn unconfirmed(&self) -> usize {
+        self.failures
+            .iter()
+            .filter(|f| !matches!(f.kind, NodeErrorKind::Taken | NodeErrorKind::Missing))
+            .count()
+    }
+
+    /// True once more replies cannot change the verdict: a quorum said "ours", or it can no longer
+    /// and it is also settled whether a quorum holds another owner's value (`Taken` must not depend
+    /// on which replies happened to come first).
     pub(crate) fn decided(&self) -> bool {
         let needed = quorum(self.total);
         let pending = self.total - self.answered;
-        self.ours >= needed || self.ours + pending < needed
+        let foreign = self.foreign.len();
+        self.ours >= needed
+            || (self.ours + pending < needed && (foreign >= needed || foreign + pending < needed))
     }
 
     /// Marks every node that has not answered as not awaited (fail-fast returned early).
@@ -325,7 +338,26 @@ mod tests {
         t.add(1, Err(NodeErrorKind::Taken));
         assert!(!t.decided(), "3 pending could still make a quorum");
         t.add(2, Err(timeout()));
-        assert!(t.decided(), "2 pending can never make 3");
+        assert!(
+            !t.decided(),
+            "no quorum for us, but a foreign 3 is still possible"
+        );
+        t.add(3, Err(timeout()));
+        assert!(
+            t.decided(),
+            "1 pending can make neither 3 ours nor 3 foreign"
+        );
+
+        let mut t = Tally::new(5);
+        t.add(0, Err(NodeErrorKind::Taken));
+        t.add(1, Err(NodeErrorKind::Taken));
+        t.add(2, Err(timeout()));
+        assert!(
+            !t.decided(),
+            "failed, but Taken or NoQuorum depends on the rest"
+        );
+        t.add(3, Err(NodeErrorKind::Taken));
+        assert!(t.decided());
     }
 
     #[test]
@@ -409,6 +441,16 @@ mod tests {
                 assert!(
                     ours < q,
                     "case {case}: decided failure, but all replies reach a quorum"
+                );
+                // The variant is settled too: the early verdict is the one all replies give.
+                let mut early = partial;
+                early.close(answered..n);
+                let early = early.judge_acquire(left);
+                let full = tally(&replies).judge_acquire(left);
+                assert_eq!(
+                    std::mem::discriminant(&early.unwrap_err()),
+                    std::mem::discriminant(&full.unwrap_err()),
+                    "case {case}"
                 );
             }
         }

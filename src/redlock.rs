@@ -53,7 +53,8 @@ impl Redlock {
     /// Each connection is a [`ConnectionManager`] without response or connect timeouts of its own;
     /// redmutex bounds every node call by the mutex's timeout instead.
     ///
-    /// Must be called within a tokio runtime.
+    /// Called within a tokio runtime, it opens the connections and loads the scripts in the
+    /// background; outside one, connections open on first use.
     ///
     /// # Errors
     ///
@@ -113,6 +114,10 @@ impl Redlock {
 
     /// Builds a client from connections the caller made, one per node, in order.
     ///
+    /// Build them without response or connect timeouts of their own (see [`NodeConnection`]): the
+    /// redis crate's defaults (500 ms, 1 s) would cut node calls shorter than the mutex's timeout.
+    /// Called within a tokio runtime, it loads the scripts on every node in the background.
+    ///
     /// # Errors
     ///
     /// [`Error::Config`] if there are no connections.
@@ -125,9 +130,16 @@ impl Redlock {
     /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::Redlock;
     ///
+    /// use redis::AsyncConnectionConfig;
+    ///
+    /// // No timeouts of the driver's own: redmutex bounds each call by the mutex's node timeout.
+    /// let config = AsyncConnectionConfig::new()
+    ///     .set_response_timeout(None)
+    ///     .set_connection_timeout(None);
     /// let mut connections = Vec::new();
     /// for url in cluster.urls() {
-    ///     connections.push(redis::Client::open(url)?.get_multiplexed_async_connection().await?);
+    ///     let client = redis::Client::open(url)?;
+    ///     connections.push(client.get_multiplexed_async_connection_with_config(&config).await?);
     /// }
     /// let redlock = Redlock::new(connections)?;
     /// assert_eq!(redlock.len(), 3);
@@ -146,7 +158,9 @@ impl Redlock {
                 address: None,
             })
             .collect();
-        Redlock::from_nodes(nodes)
+        let redlock = Redlock::from_nodes(nodes)?;
+        redlock.warm_up();
+        Ok(redlock)
     }
 
     fn from_nodes(nodes: Vec<Node>) -> Result<Redlock, Error> {
@@ -162,9 +176,12 @@ impl Redlock {
     /// pay for the handshakes, and an unlock sent by digest to a node that then stalls still works
     /// when the node resumes (its NOSCRIPT fallback would never be sent).
     fn warm_up(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         for node in self.nodes.iter() {
             let mut connection = node.connection.clone();
-            tokio::spawn(async move {
+            runtime.spawn(async move {
                 // Best effort: a node that is down is reported by the calls that need it. Bounded,
                 // so a paused node does not keep this task alive.
                 let _ = tokio::time::timeout(WARM_UP_TIMEOUT, connection.load_scripts()).await;

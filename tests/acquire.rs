@@ -281,9 +281,13 @@ async fn a_client_from_own_connections_locks_too() {
     let mut connections = Vec::new();
     for url in cluster.urls() {
         let client = redis::Client::open(url).expect("valid URL");
+        // Without the driver's own timeouts, as the docs require.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(None);
         connections.push(
             client
-                .get_multiplexed_async_connection()
+                .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .expect("node is up"),
         );
@@ -405,4 +409,81 @@ fn handles_are_thread_safe_values() {
     assert_traits::<redmutex::Mutex>();
     assert_traits::<Redlock>();
     assert_traits::<Error>();
+}
+
+/// Fail-fast returns once a quorum said OK, without waiting for a stalled node.
+#[tokio::test]
+async fn fail_fast_does_not_wait_for_a_stalled_node() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    // 1 s per node: waiting for the paused node would be obvious.
+    let mutex = redlock
+        .new_mutex("acquire:fast-stalled")
+        .with_expiry(Duration::from_secs(20))
+        .with_fail_fast(true)
+        .with_tries(1);
+    let warm = mutex.lock().await.expect("free lock");
+    warm.unlock().await.expect("unlock");
+    cluster.node(4).pause();
+    let start = Instant::now();
+    let lock = mutex.lock().await.expect("4 of 5 suffice");
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // A failing fail-fast attempt names the node it did not wait for.
+    let other = client(&cluster).await;
+    let error = other
+        .new_mutex("acquire:fast-stalled")
+        .with_expiry(Duration::from_secs(20))
+        .with_fail_fast(true)
+        .try_lock()
+        .await
+        .expect_err("held");
+    // Decided by the first three replies: the fourth node need not be waited for either.
+    match error {
+        Error::Taken { nodes } => assert!(nodes.len() >= 3 && !nodes.contains(&4), "{nodes:?}"),
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    cluster.node(4).resume();
+    lock.unlock().await.expect("unlock");
+}
+
+/// A retry must not race the release of the previous attempt: that release would delete the keys of
+/// the next attempt if both used one value and the release came second.
+#[tokio::test]
+async fn a_retry_never_races_the_previous_release() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = redlock
+        .new_mutex("acquire:race")
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.05) // 100 ms
+        .with_fail_fast(true)
+        .with_retry_delay(Duration::from_millis(60))
+        .with_tries(5);
+    let warm = mutex.lock().await.expect("free lock");
+    warm.unlock().await.expect("unlock");
+    cluster.node(4).pause();
+    for i in 0..3 {
+        cluster
+            .node(i)
+            .set_px("acquire:race", "other", Duration::from_millis(50));
+    }
+    let lock = mutex
+        .lock()
+        .await
+        .expect("the foreign keys expire, the retry succeeds");
+    // Node 4 is paused: look at the others only.
+    let ours = || {
+        (0..4)
+            .filter(|&i| cluster.node(i).get("acquire:race").as_deref() == Some(lock.value()))
+            .count()
+    };
+    assert!(ours() >= 3);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(ours() >= 3, "a late release deleted the new keys");
+    cluster.node(4).resume();
 }

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{client, eventually, present, quick};
+use support::{client, eventually, present, quick, within};
 use testenv::Cluster;
 
 /// Cancels `lock()` after 0, 50, 100, ... microseconds, so the drop lands before the SETs are sent,
@@ -23,7 +23,10 @@ async fn a_cancelled_lock_lets_the_next_locker_in() {
         } else {
             None
         };
-        let mutex = quick(&redlock, &name).with_tries(100);
+        // A 30 s expiry: the next locker can only get in quickly if the cancelled call released.
+        let mutex = quick(&redlock, &name)
+            .with_expiry(Duration::from_secs(30))
+            .with_tries(100);
         let cut = Duration::from_micros(50 * (round / 2));
         let _ = tokio::time::timeout(cut, mutex.lock()).await;
         if let Some(holder) = holder {
@@ -36,8 +39,9 @@ async fn a_cancelled_lock_lets_the_next_locker_in() {
             .await
             .expect("the next locker gets in");
         assert!(
-            start.elapsed() < Duration::from_secs(2),
-            "round {round}: waited for expiry"
+            start.elapsed() < Duration::from_secs(1),
+            "round {round}: waited {:?}",
+            start.elapsed()
         );
         next.unlock().await.expect("unlock");
     }
@@ -81,7 +85,6 @@ async fn random_cancellations_never_block_the_next_locker() {
     let cluster = Cluster::start(5);
     let redlock = client(&cluster).await;
     let other = client(&cluster).await;
-    let expiry = Duration::from_secs(2);
     for round in 0..200u64 {
         let name = format!("cancel:random:{round}");
         let holder = if rand::random_bool(0.5) {
@@ -90,6 +93,7 @@ async fn random_cancellations_never_block_the_next_locker() {
             None
         };
         let mutex = quick(&redlock, &name)
+            .with_expiry(Duration::from_secs(30))
             .with_tries(100)
             .with_fail_fast(round % 3 == 0);
         let cut = Duration::from_micros(rand::random_range(0..3000));
@@ -98,9 +102,14 @@ async fn random_cancellations_never_block_the_next_locker() {
             holder.unlock().await.expect("the holder still holds it");
         }
         // No key of the cancelled call may carry more than the expiry.
-        for node in cluster.nodes() {
-            assert!(node.pttl(&name) <= 2000, "round {round}");
-        }
+        // The cancelled call's keys are released (the holder's are gone too), long before they
+        // would expire.
+        within(
+            Duration::from_secs(1),
+            "the cancelled call is released",
+            || present(&cluster, &name).is_empty(),
+        )
+        .await;
         let start = Instant::now();
         let next = quick(&other, &name)
             .with_tries(400)
@@ -108,7 +117,7 @@ async fn random_cancellations_never_block_the_next_locker() {
             .await
             .expect("the next locker gets in");
         assert!(
-            start.elapsed() < expiry,
+            start.elapsed() < Duration::from_secs(1),
             "round {round}: waited {:?}",
             start.elapsed()
         );

@@ -15,6 +15,7 @@ fn contended(redlock: &Redlock, name: &str) -> Mutex {
     redlock
         .new_mutex(name)
         .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
         .with_tries(2000)
         .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..4500)))
 }

@@ -5,7 +5,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind};
-use support::{client, eventually, holders, present, quick};
+use support::{client, eventually, holders, present, quick, within};
 use testenv::Cluster;
 
 #[tokio::test]
@@ -214,6 +214,8 @@ async fn adopting_an_empty_value_is_a_config_error() {
 async fn dropping_the_last_clone_releases_in_the_background() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
+    // 30 s expiry: only the release, not expiry, can clear the keys in the time allowed below.
+    let quick = |redlock, name| quick(redlock, name).with_expiry(Duration::from_secs(30));
     let lock = quick(&redlock, "unlock:drop")
         .lock()
         .await
@@ -224,9 +226,11 @@ async fn dropping_the_last_clone_releases_in_the_background() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(present(&cluster, "unlock:drop").len(), 3);
     drop(clone);
-    eventually("the dropped lock is released", || {
-        present(&cluster, "unlock:drop").is_empty()
-    })
+    within(
+        Duration::from_millis(1000),
+        "the dropped lock is released",
+        || present(&cluster, "unlock:drop").is_empty(),
+    )
     .await;
 
     // An adopted handle is owned the same way.
@@ -237,9 +241,11 @@ async fn dropping_the_last_clone_releases_in_the_background() {
     let value = lock.value().to_owned();
     std::mem::forget(lock);
     drop(quick(&redlock, "unlock:drop").adopt(value));
-    eventually("the adopted lock is released", || {
-        present(&cluster, "unlock:drop").is_empty()
-    })
+    within(
+        Duration::from_millis(1000),
+        "the adopted lock is released",
+        || present(&cluster, "unlock:drop").is_empty(),
+    )
     .await;
 }
 
@@ -282,4 +288,57 @@ async fn extend_without_validity_left_is_expired() {
     let until = lock.valid_until();
     assert!(matches!(lock.extend().await, Err(Error::Expired)));
     assert_eq!(lock.valid_until(), until);
+}
+
+/// An unlock that fails half-way still ends the handle's validity: some nodes may already have let
+/// go, so another client can lock, and this one must not believe it still holds the lock.
+#[tokio::test]
+async fn a_failed_unlock_ends_validity() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let lock = quick(&redlock, "unlock:half")
+        .with_expiry(Duration::from_secs(20))
+        .lock()
+        .await
+        .expect("free lock");
+    cluster.node(1).pause();
+    cluster.node(2).pause();
+    let result = lock.unlock().await;
+    assert!(matches!(result, Err(Error::NoQuorum { .. })), "{result:?}");
+    assert!(lock.valid_until() <= Instant::now());
+    cluster.node(1).resume();
+    cluster.node(2).resume();
+    // The releases queued at the paused nodes ran on resume: nothing of ours is left, and a second
+    // unlock (allowed: the first did not succeed) finds the keys gone.
+    within(Duration::from_secs(2), "the queued releases ran", || {
+        present(&cluster, "unlock:half").is_empty()
+    })
+    .await;
+    assert!(matches!(lock.unlock().await, Err(Error::Expired)));
+}
+
+/// With the scripts gone from a node's cache (a restart), an unlock by digest to that node while it
+/// stalls still releases the key when it resumes, through the follow-up sent behind it.
+#[tokio::test]
+async fn unlock_to_a_stalled_node_without_scripts_still_releases() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = redlock
+        .new_mutex("unlock:noscript")
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.005); // 100 ms
+    let warm = mutex.lock().await.expect("free lock");
+    warm.unlock().await.expect("unlock");
+    let lock = mutex.lock().await.expect("free lock");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut cluster.node(2).connection())
+        .expect("SCRIPT FLUSH");
+    cluster.node(2).pause();
+    lock.unlock().await.expect("2 of 3 suffice");
+    cluster.node(2).resume();
+    within(Duration::from_secs(3), "the stalled node releases", || {
+        !cluster.node(2).exists("unlock:noscript")
+    })
+    .await;
 }

@@ -52,6 +52,7 @@ fn partitioned(redlock: &Redlock) -> Mutex {
     redlock
         .new_mutex("safety:partition")
         .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
         .with_retry_delay(Duration::from_millis(20))
         .with_tries(200)
 }
@@ -144,6 +145,7 @@ async fn contended_increments(tasks: usize, rounds: usize) {
         let mutex = clients[task % 4]
             .new_mutex("safety:counter")
             .with_expiry(Duration::from_secs(2))
+            .with_timeout_factor(0.25)
             .with_tries(100_000)
             .with_retry_delay_fn(|_| Duration::from_micros(200 + rand::random_range(0..3000)));
         let url = store.node(0).url();
@@ -213,6 +215,7 @@ async fn last_item_sold_once_with_a_paused_node() {
         let mutex = clients[buyer % 4]
             .new_mutex("safety:last-item")
             .with_expiry(Duration::from_secs(2))
+            .with_timeout_factor(0.25)
             .with_tries(10_000)
             .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..5000)));
         let (url, history, sales) = (
@@ -269,6 +272,7 @@ async fn fifty_clients_all_get_their_turn() {
             let mutex = redlock
                 .new_mutex("safety:fifty")
                 .with_expiry(Duration::from_secs(2))
+                .with_timeout_factor(0.25)
                 .with_tries(100_000)
                 .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..5000)));
             let lock = mutex.lock().await.expect("every client gets its turn");
