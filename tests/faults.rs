@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind};
-use support::{client, holders, present, quick, within};
+use support::{cleared_within, client, holders, present, quick, warm_up};
 use testenv::Cluster;
 
 #[tokio::test]
@@ -61,12 +61,7 @@ async fn a_paused_node_costs_at_most_one_timeout() {
     let cluster = Cluster::start(5);
     let redlock = client(&cluster).await;
     // Warm the connections so the pause hits an established connection.
-    drop(
-        quick(&redlock, "faults:warm")
-            .lock()
-            .await
-            .expect("free lock"),
-    );
+    warm_up(&quick(&redlock, "faults:warm")).await;
     cluster.node(2).pause();
     // 100 ms per node; a 20 s expiry so that only a release, not expiry, clears the keys below.
     let mutex = quick(&redlock, "faults:one-paused")
@@ -87,12 +82,7 @@ async fn a_paused_node_costs_at_most_one_timeout() {
     );
     cluster.node(2).resume();
     // The paused node processes the queued SET and then the queued release, in order.
-    within(
-        Duration::from_secs(3),
-        "nothing is left after resume",
-        || present(&cluster, "faults:one-paused").is_empty(),
-    )
-    .await;
+    cleared_within(Duration::from_secs(3), &cluster, "faults:one-paused").await;
 }
 
 /// Two paused nodes: a concurrent fan-out waits for one timeout, a sequential one would wait two.
@@ -100,12 +90,7 @@ async fn a_paused_node_costs_at_most_one_timeout() {
 async fn fan_out_is_concurrent() {
     let cluster = Cluster::start(5);
     let redlock = client(&cluster).await;
-    drop(
-        quick(&redlock, "faults:warm")
-            .lock()
-            .await
-            .expect("free lock"),
-    );
+    warm_up(&quick(&redlock, "faults:warm")).await;
     cluster.node(0).pause();
     cluster.node(4).pause();
     // 10 s expiry x 0.1 = 1 s per node.
@@ -134,12 +119,7 @@ async fn fan_out_is_concurrent() {
 async fn three_of_five_paused_fails_in_bounded_time_and_cleans_up() {
     let cluster = Cluster::start(5);
     let redlock = client(&cluster).await;
-    drop(
-        quick(&redlock, "faults:warm")
-            .lock()
-            .await
-            .expect("free lock"),
-    );
+    warm_up(&quick(&redlock, "faults:warm")).await;
     for i in [1, 2, 3] {
         cluster.node(i).pause();
     }
@@ -165,12 +145,7 @@ async fn three_of_five_paused_fails_in_bounded_time_and_cleans_up() {
         cluster.node(i).resume();
     }
     // Released on the nodes that timed out too: their SETs landed on resume, then the releases.
-    within(
-        Duration::from_secs(3),
-        "no key remains after resume",
-        || present(&cluster, "faults:three-paused").is_empty(),
-    )
-    .await;
+    cleared_within(Duration::from_secs(3), &cluster, "faults:three-paused").await;
 }
 
 #[tokio::test]
@@ -222,12 +197,7 @@ async fn a_node_down_at_start_up_is_not_an_error() {
 async fn only_the_node_timeout_bounds_a_call() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
-    drop(
-        quick(&redlock, "faults:warm")
-            .lock()
-            .await
-            .expect("free lock"),
-    );
+    warm_up(&quick(&redlock, "faults:warm")).await;
     cluster.node(1).pause();
     // 30 s x 0.05 = 1.5 s per node.
     let mutex = redlock

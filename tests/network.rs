@@ -6,14 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind, Redlock};
-use support::{holders, present, within};
+use support::{cleared_within, holders, warm_up};
 use testenv::{Cluster, Mode, Proxies};
-
-/// One lock and unlock, so connections are open and scripts loaded before the fault.
-async fn warm_up(mutex: &redmutex::Mutex) {
-    let lock = mutex.lock().await.expect("warm up");
-    lock.unlock().await.expect("warm up");
-}
 
 async fn through(proxies: &Proxies) -> Redlock {
     Redlock::connect(proxies.urls()).await.expect("URLs parse")
@@ -46,10 +40,7 @@ async fn one_blackholed_node_costs_at_most_one_timeout_per_call() {
 
     // The partition heals: the held SET and release reach node 1 in order; nothing is left.
     proxies.set_mode(&[1], Mode::Pass);
-    within(Duration::from_secs(3), "the healed node is clean", || {
-        present(&cluster, "network:blackhole-one").is_empty()
-    })
-    .await;
+    cleared_within(Duration::from_secs(3), &cluster, "network:blackhole-one").await;
 }
 
 #[tokio::test]
@@ -82,10 +73,7 @@ async fn a_blackholed_majority_fails_in_bounded_time_and_heals_clean() {
         );
     }
     proxies.set_mode(&[0, 2, 4], Mode::Pass);
-    within(Duration::from_secs(3), "no key of ours remains", || {
-        present(&cluster, "network:blackhole-three").is_empty()
-    })
-    .await;
+    cleared_within(Duration::from_secs(3), &cluster, "network:blackhole-three").await;
 }
 
 /// Replies so slow that no validity is left: the attempt fails and releases, never returning a lock
@@ -108,10 +96,7 @@ async fn replies_slower_than_the_validity_fail_and_release() {
     assert!(matches!(result, Err(Error::Expired)), "{result:?}");
     // The SETs landed at about +550 ms and expire at about +2550 ms; the release got there first.
     proxies.set_mode(&[0, 1, 2], Mode::Pass);
-    within(Duration::from_secs(1), "the late keys are released", || {
-        present(&cluster, "network:slow").is_empty()
-    })
-    .await;
+    cleared_within(Duration::from_secs(1), &cluster, "network:slow").await;
     assert!(
         sent.elapsed() < Duration::from_millis(2500),
         "{:?}",

@@ -27,6 +27,18 @@ pub fn quick(redlock: &Redlock, name: &str) -> Mutex {
         .with_tries(3)
 }
 
+/// One lock and unlock of `mutex`, so that connections are open and scripts loaded before a fault.
+pub async fn warm_up(mutex: &Mutex) {
+    let lock = mutex.lock().await.expect("warm-up lock");
+    lock.unlock().await.expect("warm-up unlock");
+}
+
+/// Waits up to `limit` until no running node has `name`: for releases that must beat the expiry.
+pub async fn cleared_within(limit: Duration, cluster: &Cluster, name: &str) {
+    let what = format!("no node holds {name}");
+    within(limit, &what, || present(cluster, name).is_empty()).await;
+}
+
 /// The running nodes (indices) where `name` holds `value`.
 pub fn holders(cluster: &Cluster, name: &str, value: &str) -> Vec<usize> {
     (0..cluster.len())
