@@ -13,14 +13,15 @@
 //!     cargo run --example heartbeat                # your own independent nodes
 //! ```
 
-use std::env::VarError;
+mod common;
+
+use common::{BoxError, nodes};
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Lock, Mutex, Redlock};
 use tokio::sync::oneshot::{self, error::TryRecvError};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const EXPIRY: Duration = Duration::from_secs(1);
 /// A third of the expiry: after one failed or late beat, the next still comes in time.
@@ -219,25 +220,4 @@ fn remaining(lock: &Lock) -> Duration {
 /// Seconds since `started`, as a log prefix.
 fn at(started: Instant) -> String {
     format!("{:5.2}s", started.elapsed().as_secs_f64())
-}
-
-/// The node URLs from `REDMUTEX_NODES` (comma-separated), or else 5 local nodes started for this
-/// run, returned with the cluster that owns them.
-fn nodes() -> Result<(Vec<String>, Option<testenv::Cluster>), BoxError> {
-    match std::env::var("REDMUTEX_NODES") {
-        Ok(list) => {
-            let urls = list
-                .split(',')
-                .map(str::trim)
-                .filter(|url| !url.is_empty())
-                .map(String::from)
-                .collect();
-            Ok((urls, None))
-        }
-        Err(VarError::NotPresent) => {
-            let cluster = testenv::Cluster::try_start(5)?;
-            Ok((cluster.urls(), Some(cluster)))
-        }
-        Err(VarError::NotUnicode(_)) => Err("REDMUTEX_NODES is not valid UTF-8".into()),
-    }
 }

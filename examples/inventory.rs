@@ -16,7 +16,10 @@
 //! The stock key is kept on the first node. Keys are named after this process and the run, and are
 //! removed at the end.
 
-use std::env::VarError;
+mod common;
+
+use common::{BoxError, nodes};
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,8 +29,6 @@ use redis::aio::MultiplexedConnection;
 use redmutex::{Mutex, Redlock};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Items of sku-42 in stock when each run starts.
 const STOCK: i64 = 3;
@@ -145,27 +146,6 @@ fn modes_from_args() -> Result<Vec<Mode>, BoxError> {
         };
     }
     Ok(modes)
-}
-
-/// The node URLs from `REDMUTEX_NODES` (comma-separated), or else 5 local nodes started for this
-/// run, returned with the cluster that owns them.
-fn nodes() -> Result<(Vec<String>, Option<testenv::Cluster>), BoxError> {
-    match std::env::var("REDMUTEX_NODES") {
-        Ok(list) => {
-            let urls = list
-                .split(',')
-                .map(str::trim)
-                .filter(|url| !url.is_empty())
-                .map(String::from)
-                .collect();
-            Ok((urls, None))
-        }
-        Err(VarError::NotPresent) => {
-            let cluster = testenv::Cluster::try_start(5)?;
-            Ok((cluster.urls(), Some(cluster)))
-        }
-        Err(VarError::NotUnicode(_)) => Err("REDMUTEX_NODES is not valid UTF-8".into()),
-    }
 }
 
 async fn connect_machines(urls: &[String]) -> Result<Vec<Machine>, BoxError> {

@@ -1,0 +1,27 @@
+//! What the examples share: where the Redis nodes come from.
+
+use std::env::VarError;
+
+/// Any error, for examples that report and exit.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The node URLs from `REDMUTEX_NODES` (comma-separated), or else 5 local nodes started for this
+/// run, returned with the cluster that owns them (dropping it stops them).
+pub fn nodes() -> Result<(Vec<String>, Option<testenv::Cluster>), BoxError> {
+    match std::env::var("REDMUTEX_NODES") {
+        Ok(list) => {
+            let urls = list
+                .split(',')
+                .map(str::trim)
+                .filter(|url| !url.is_empty())
+                .map(String::from)
+                .collect();
+            Ok((urls, None))
+        }
+        Err(VarError::NotPresent) => {
+            let cluster = testenv::Cluster::try_start(5)?;
+            Ok((cluster.urls(), Some(cluster)))
+        }
+        Err(VarError::NotUnicode(_)) => Err("REDMUTEX_NODES is not valid UTF-8".into()),
+    }
+}
