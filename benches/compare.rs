@@ -22,7 +22,9 @@
 //!
 //! Environment: `BENCH_SECS` (measured seconds per row, default 3), `BENCH_WARMUP_MS` (default
 //! 500), `BENCH_RETRY_MS` (retry delay of every contender, default 2), `BENCH_MEMORY_LOCKS`
-//! (locks held at once in the memory test, default 100000).
+//! (locks held at once in the memory test, default 100000; 0 skips it), `BENCH_ONLY` (run only the
+//! rows whose "runtime workload contender" contains every comma-separated word, e.g.
+//! `BENCH_ONLY=current,uncontended-32`; ratios need the floor rows to match too).
 //!
 //! Prints a table, then one JSON line per row, also appended to `target/bench-compare.jsonl`.
 
@@ -116,6 +118,8 @@ impl Who {
 struct Config {
     timing: Timing,
     memory_locks: usize,
+    /// Words every row label must contain (`BENCH_ONLY`); empty runs every row.
+    only: Vec<String>,
 }
 
 impl Config {
@@ -138,6 +142,12 @@ impl Config {
                 retry_delay: Duration::from_secs_f64(number("BENCH_RETRY_MS", 2.0)? / 1000.0),
             },
             memory_locks: number("BENCH_MEMORY_LOCKS", 100_000.0)? as usize,
+            only: std::env::var("BENCH_ONLY")
+                .unwrap_or_default()
+                .split(',')
+                .map(|word| word.trim().to_owned())
+                .filter(|word| !word.is_empty())
+                .collect(),
         })
     }
 }
@@ -183,6 +193,10 @@ fn main() -> ExitCode {
             let shift = (f * Workload::ALL.len() + w) % Who::RUN.len();
             for i in 0..Who::RUN.len() {
                 let who = Who::RUN[(i + shift) % Who::RUN.len()];
+                let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
+                if !config.only.iter().all(|word| label.contains(word.as_str())) {
+                    continue;
+                }
                 seq += 1;
                 let prefix = format!("bench:{run}:{seq}");
                 eprintln!(
@@ -714,6 +728,10 @@ fn memory_test(cluster: &testenv::Cluster, urls: &[String], count: usize) -> Mem
         locks: count,
         ..Memory::default()
     };
+    if count == 0 {
+        memory.error = Some("skipped (BENCH_MEMORY_LOCKS=0)".into());
+        return memory;
+    }
     if let Err(error) = memory_test_inner(cluster, urls, &mut memory) {
         memory.error = Some(error);
     }

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
@@ -81,33 +80,18 @@ async fn attempt_once(
     value: &Arc<str>,
 ) -> Result<Lock, (Error, Cleanup)> {
     let nodes = mutex.redlock().nodes();
-    let request = Arc::new(Request::new(
-        Op::Acquire,
-        mutex.name_arc(),
-        value,
-        plan.millis,
-    ));
+    let request = Request::new(Op::Acquire, mutex.name_arc(), value, plan.millis);
     let start = Instant::now();
-    let mut calls = fanout::fan_out(nodes, &request, plan.node_timeout, plan.shuffle_nodes);
-    let mut tally = Tally::new(nodes.len());
-    let mut answered = vec![false; nodes.len()];
-    while let Some((node, reply)) = calls.next().await {
-        answered[node] = true;
-        tally.add(node, reply);
-        if plan.fail_fast && tally.decided() {
-            break;
-        }
-    }
+    // Fail-fast leaves the calls still in flight running: after success the key lands on more
+    // nodes (a bare quorum turns one node loss into two holders); after failure they are released
+    // with the rest.
+    let (tally, in_flight) = if plan.fail_fast {
+        fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await
+    } else {
+        let tally = fanout::all(nodes, request, plan.node_timeout, plan.shuffle_nodes).await;
+        (tally, None)
+    };
     let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
-    let pending = answered
-        .iter()
-        .enumerate()
-        .filter(|(_, answered)| !**answered)
-        .map(|(node, _)| node);
-    tally.close(pending);
-    // Calls still in flight keep going: after success the key lands on more nodes (a bare quorum
-    // turns one node loss into two holders); after failure they are released with the rest.
-    let in_flight = (!calls.is_empty()).then(|| fanout::settle_in_background(calls));
 
     match tally.judge_acquire(left) {
         Ok(left) => Ok(Lock::new(

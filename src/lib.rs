@@ -36,7 +36,7 @@ pub mod internals {
     }
 
     /// See `value::random_value`.
-    pub fn random_value() -> String {
+    pub fn random_value() -> std::sync::Arc<str> {
         crate::value::random_value()
     }
 

@@ -258,7 +258,7 @@ impl Lock {
             Arc::clone(mutex.redlock().nodes()),
             Arc::clone(mutex.name_arc()),
             Arc::clone(&self.held.value),
-            &plan,
+            plan,
             settle,
             Delivery::ByDigest,
         )
@@ -275,7 +275,7 @@ impl Lock {
     }
 
     /// Checks everything that needs no I/O.
-    fn prepare(&self) -> Result<Plan, Error> {
+    fn prepare(&self) -> Result<&Plan, Error> {
         let plan = self.held.mutex.plan()?;
         check_value(&self.held.value)?;
         if self.state().unlocked {
@@ -320,7 +320,7 @@ impl Drop for Held {
             Arc::clone(self.mutex.redlock().nodes()),
             Arc::clone(self.mutex.name_arc()),
             Arc::clone(&self.value),
-            &plan,
+            plan,
             state.settle.take(),
         );
     }

@@ -56,17 +56,40 @@ use crate::settings::{Plan, Settings};
 #[derive(Clone)]
 pub struct Mutex {
     redlock: Redlock,
+    config: Arc<Config>,
+}
+
+/// A mutex's name and settings, and what they validate to. Shared by the mutex's clones and its
+/// locks; setters make their own copy.
+#[derive(Clone)]
+struct Config {
     name: Arc<str>,
     settings: Settings,
+    /// Checked once per change of settings, not on every operation.
+    plan: Result<Plan, Error>,
 }
 
 impl Mutex {
     pub(crate) fn new(redlock: Redlock, name: String) -> Self {
+        let name: Arc<str> = name.into();
+        let settings = Settings::default();
+        let plan = settings.plan(&name);
         Mutex {
             redlock,
-            name: name.into(),
-            settings: Settings::default(),
+            config: Arc::new(Config {
+                name,
+                settings,
+                plan,
+            }),
         }
+    }
+
+    /// Applies `change` to the settings and checks them again.
+    fn with_settings(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        change(&mut config.settings);
+        config.plan = config.settings.plan(&config.name);
+        self
     }
 
     /// How long the nodes keep the lock before dropping it on their own. Default 8 s.
@@ -87,9 +110,8 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_expiry(mut self, expiry: Duration) -> Self {
-        self.settings.expiry = expiry;
-        self
+    pub fn with_expiry(self, expiry: Duration) -> Self {
+        self.with_settings(|s| s.expiry = expiry)
     }
 
     /// How many attempts [`lock()`](Mutex::lock) makes before giving up. Default 32; at least 1.
@@ -105,9 +127,8 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_tries(mut self, tries: u32) -> Self {
-        self.settings.tries = tries;
-        self
+    pub fn with_tries(self, tries: u32) -> Self {
+        self.with_settings(|s| s.tries = tries)
     }
 
     /// Waits exactly `delay` between attempts. Default: random in 50..250 ms, which spreads
@@ -125,9 +146,8 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_retry_delay(mut self, delay: Duration) -> Self {
-        self.settings.retry_delay = RetryDelay::Fixed(delay);
-        self
+    pub fn with_retry_delay(self, delay: Duration) -> Self {
+        self.with_settings(|s| s.retry_delay = RetryDelay::Fixed(delay))
     }
 
     /// Computes the delay from the number of the attempt that just failed (1, 2, ...), e.g. for
@@ -147,12 +167,11 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_retry_delay_fn<F>(mut self, delay: F) -> Self
+    pub fn with_retry_delay_fn<F>(self, delay: F) -> Self
     where
         F: Fn(u32) -> Duration + Send + Sync + 'static,
     {
-        self.settings.retry_delay = RetryDelay::Custom(Arc::new(delay));
-        self
+        self.with_settings(|s| s.retry_delay = RetryDelay::Custom(Arc::new(delay)))
     }
 
     /// The allowance for clock drift between machines, as a fraction of the expiry: validity is
@@ -169,9 +188,8 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_drift_factor(mut self, factor: f64) -> Self {
-        self.settings.drift_factor = factor;
-        self
+    pub fn with_drift_factor(self, factor: f64) -> Self {
+        self.with_settings(|s| s.drift_factor = factor)
     }
 
     /// The per-node timeout as a fraction of the expiry: no node call waits longer than
@@ -194,9 +212,8 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_timeout_factor(mut self, factor: f64) -> Self {
-        self.settings.timeout_factor = factor;
-        self
+    pub fn with_timeout_factor(self, factor: f64) -> Self {
+        self.with_settings(|s| s.timeout_factor = factor)
     }
 
     /// Returns from an attempt as soon as its outcome is decided (a quorum said OK, or can no longer
@@ -217,9 +234,8 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_fail_fast(mut self, fail_fast: bool) -> Self {
-        self.settings.fail_fast = fail_fast;
-        self
+    pub fn with_fail_fast(self, fail_fast: bool) -> Self {
+        self.with_settings(|s| s.fail_fast = fail_fast)
     }
 
     /// Sends to the nodes in a random order on each operation. Default false. With concurrent
@@ -236,9 +252,8 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_shuffle_nodes(mut self, shuffle: bool) -> Self {
-        self.settings.shuffle_nodes = shuffle;
-        self
+    pub fn with_shuffle_nodes(self, shuffle: bool) -> Self {
+        self.with_settings(|s| s.shuffle_nodes = shuffle)
     }
 
     /// Generates the lock value for each acquisition. Default: 16 bytes from a CSPRNG, base64url.
@@ -271,12 +286,11 @@ impl Mutex {
     /// # }
     /// ```
     #[must_use]
-    pub fn with_value_fn<F>(mut self, value: F) -> Self
+    pub fn with_value_fn<F>(self, value: F) -> Self
     where
         F: Fn() -> String + Send + Sync + 'static,
     {
-        self.settings.value_fn = Some(Arc::new(value));
-        self
+        self.with_settings(|s| s.value_fn = Some(Arc::new(value)))
     }
 
     /// The resource name: the key used on every node.
@@ -292,7 +306,7 @@ impl Mutex {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        &self.config.name
     }
 
     /// The expiry as configured.
@@ -309,7 +323,7 @@ impl Mutex {
     /// # }
     /// ```
     pub fn expiry(&self) -> Duration {
-        self.settings.expiry
+        self.config.settings.expiry
     }
 
     /// Acquires the lock, retrying up to `tries` attempts with the retry delay between them.
@@ -343,8 +357,8 @@ impl Mutex {
     /// ```
     pub async fn lock(&self) -> Result<Lock, Error> {
         let plan = self.plan()?;
-        let value = self.settings.new_value()?;
-        acquire(self, &plan, value, plan.tries).await
+        let value = self.new_value()?;
+        acquire(self, plan, value, plan.tries).await
     }
 
     /// Makes exactly one attempt to acquire the lock.
@@ -375,8 +389,8 @@ impl Mutex {
     /// ```
     pub async fn try_lock(&self) -> Result<Lock, Error> {
         let plan = self.plan()?;
-        let value = self.settings.new_value()?;
-        acquire(self, &plan, value, 1).await
+        let value = self.new_value()?;
+        acquire(self, plan, value, 1).await
     }
 
     /// A handle on a lock that another handle (possibly in another process) acquired with `value`.
@@ -409,11 +423,12 @@ impl Mutex {
     }
 
     pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
-        self.settings.new_value()
+        self.config.settings.new_value()
     }
 
-    pub(crate) fn plan(&self) -> Result<Plan, Error> {
-        self.settings.plan(&self.name)
+    /// The validated settings, or why they are invalid.
+    pub(crate) fn plan(&self) -> Result<&Plan, Error> {
+        self.config.plan.as_ref().map_err(Error::clone)
     }
 
     pub(crate) fn redlock(&self) -> &Redlock {
@@ -421,15 +436,15 @@ impl Mutex {
     }
 
     pub(crate) fn name_arc(&self) -> &Arc<str> {
-        &self.name
+        &self.config.name
     }
 }
 
 impl fmt::Debug for Mutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mutex")
-            .field("name", &self.name)
-            .field("settings", &self.settings)
+            .field("name", &self.config.name)
+            .field("settings", &self.config.settings)
             .field("nodes", &self.redlock.len())
             .finish()
     }

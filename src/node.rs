@@ -154,8 +154,10 @@ impl Request {
     ) -> Self {
         let cmd = match (op, delivery) {
             (Op::Acquire, _) => {
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(&**name)
+                // Sized up front: growing the buffers arg by arg costs more than the rest.
+                let mut cmd = Cmd::with_capacity(6, 24 + name.len() + value.len());
+                cmd.arg("SET")
+                    .arg(&**name)
                     .arg(&**value)
                     .arg("NX")
                     .arg("PX")
@@ -211,7 +213,7 @@ impl Request {
     /// will answer NOSCRIPT if it lost its script cache, and nobody is left to send the fallback.
     /// An EVAL queued behind it on the same connection releases the key either way (and finds
     /// nothing to do if the first one did). Bounded by the expiry, after which the key is gone.
-    fn follow_up(&self, mut connection: NodeConnection) {
+    pub(crate) fn follow_up(&self, mut connection: NodeConnection) {
         if self.op != Op::Release || self.delivery != Delivery::ByDigest {
             return;
         }
@@ -239,8 +241,8 @@ impl Request {
 }
 
 fn script_cmd(verb: &str, script: &str, name: &str, value: &str, millis: Option<u64>) -> Cmd {
-    let mut cmd = redis::cmd(verb);
-    cmd.arg(script).arg(1).arg(name).arg(value);
+    let mut cmd = Cmd::with_capacity(6, 32 + script.len() + name.len() + value.len());
+    cmd.arg(verb).arg(script).arg(1).arg(name).arg(value);
     if let Some(millis) = millis {
         cmd.arg(millis);
     }
@@ -262,24 +264,16 @@ fn describe(reply: &Value) -> String {
     text
 }
 
-/// Sends `request` to one node and waits at most `timeout` for the answer.
-///
-/// The future owns everything it uses, so a fail-fast caller can hand it to a background task.
+/// Sends `request` to one node and reads the reply. Unbounded: the fan-out that starts the call
+/// races it against its deadline (see `fanout`).
 pub(crate) async fn call(
     mut connection: NodeConnection,
-    node: usize,
-    request: Arc<Request>,
-    timeout: Duration,
-) -> (usize, Result<(), NodeErrorKind>) {
-    let outcome = match tokio::time::timeout(timeout, request.send(&mut connection)).await {
-        Ok(Ok(reply)) => request.interpret(reply),
-        Ok(Err(error)) => Err(NodeErrorKind::Redis(error)),
-        Err(_elapsed) => {
-            request.follow_up(connection);
-            Err(NodeErrorKind::Timeout(timeout))
-        }
-    };
-    (node, outcome)
+    request: &Request,
+) -> Result<(), NodeErrorKind> {
+    match request.send(&mut connection).await {
+        Ok(reply) => request.interpret(reply),
+        Err(error) => Err(NodeErrorKind::Redis(error)),
+    }
 }
 
 #[cfg(test)]

@@ -132,12 +132,15 @@ impl Settings {
 
     /// A value for a new acquisition.
     pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
-        let value = match &self.value_fn {
-            Some(f) => f(),
-            None => crate::value::random_value(),
-        };
-        check_value(&value)?;
-        Ok(value.into())
+        match &self.value_fn {
+            Some(f) => {
+                let value = f();
+                check_value(&value)?;
+                Ok(value.into())
+            }
+            // Never empty.
+            None => Ok(crate::value::random_value()),
+        }
     }
 }
 

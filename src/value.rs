@@ -1,5 +1,7 @@
 //! Lock values: the proof that a key on a node belongs to one acquisition.
 
+use std::sync::Arc;
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::Rng;
@@ -7,14 +9,27 @@ use rand::Rng;
 /// Bytes of randomness per value. 128 bits make a collision between two acquisitions negligible.
 const VALUE_BYTES: usize = 16;
 
+/// Characters of the encoded value: base64 without padding.
+const VALUE_CHARS: usize = VALUE_BYTES.div_ceil(3) * 4 - (3 - VALUE_BYTES % 3) % 3;
+
 /// A fresh value: 16 bytes from the thread-local CSPRNG (ChaCha, seeded from the OS), base64url.
 ///
 /// A weak or repeated value would let two holders "share" a lock: the release script of one would
 /// delete the key of the other.
-pub(crate) fn random_value() -> String {
+pub(crate) fn random_value() -> Arc<str> {
     let mut bytes = [0u8; VALUE_BYTES];
     rand::rng().fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
+    // Encoded on the stack, then copied once into the shared string.
+    let mut text = [0u8; VALUE_CHARS];
+    let encoded = URL_SAFE_NO_PAD
+        .encode_slice(bytes, &mut text)
+        .ok()
+        .and_then(|written| std::str::from_utf8(&text[..written]).ok());
+    match encoded {
+        Some(encoded) => Arc::from(encoded),
+        // Not reached (the buffer fits the encoding, which is ASCII); correct all the same.
+        None => URL_SAFE_NO_PAD.encode(bytes).into(),
+    }
 }
 
 #[cfg(test)]
@@ -35,7 +50,7 @@ mod tests {
 
     #[test]
     fn a_million_values_do_not_repeat() {
-        let values: HashSet<String> = (0..1_000_000).map(|_| random_value()).collect();
+        let values: HashSet<Arc<str>> = (0..1_000_000).map(|_| random_value()).collect();
         assert_eq!(values.len(), 1_000_000);
     }
 }
