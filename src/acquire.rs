@@ -1,7 +1,7 @@
 //! Acquiring a lock: attempts over all nodes, release of failed attempts, retries.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
@@ -80,7 +80,12 @@ async fn attempt_once(
     value: &Arc<str>,
 ) -> Result<Lock, (Error, Cleanup)> {
     let nodes = mutex.redlock().nodes();
-    let request = Request::new(Op::Acquire, mutex.name_arc(), value, plan.millis);
+    let op = if plan.fencing {
+        Op::AcquireFenced
+    } else {
+        Op::Acquire
+    };
+    let request = Request::new(op, mutex.name_arc(), value, plan.millis);
     let start = Instant::now();
     // Fail-fast leaves the calls still in flight running: after success the key lands on more
     // nodes (a bare quorum turns one node loss into two holders); after failure they are released
@@ -92,13 +97,19 @@ async fn attempt_once(
         (tally, None)
     };
     let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
+    let token = tally.max_counter.saturating_add(1);
+    let verdict = match tally.judge_acquire(left) {
+        Ok(_) if plan.fencing => raise(mutex, plan, value, start, token).await,
+        other => other.map(|left| (left, None)),
+    };
 
-    match tally.judge_acquire(left) {
-        Ok(left) => Ok(Lock::new(
+    match verdict {
+        Ok((left, token)) => Ok(Lock::new(
             mutex.clone(),
             Arc::clone(value),
             deadline(start, left),
             in_flight,
+            token,
         )),
         Err(error) => {
             let release = fanout::release(
@@ -119,6 +130,32 @@ async fn attempt_once(
             }
         }
     }
+}
+
+/// The second round of a fenced acquire: raise the counter to `token` on a quorum, where our value
+/// still holds the lock, before the token is handed out.
+///
+/// Why a quorum must be raised (the naive maximum over the acquiring quorum is not monotonic: a
+/// failed partial attempt can inflate one node's counter, and a later holder whose quorum misses
+/// that node would get a smaller token): let holder H1 get token t1 after raising on quorum R1,
+/// and H2 acquire later on quorum A2. Two quorums share a node n. On n, H1's raise ran while H1's
+/// value held the lock, and H2's acquire ran while the lock was free, so after H1's value left n,
+/// hence after the raise: H2 read a counter of at least t1 on n and picks t2 >= t1 + 1. Counters
+/// only grow and never expire, so this holds as long as nodes keep their data.
+async fn raise(
+    mutex: &Mutex,
+    plan: &Plan,
+    value: &Arc<str>,
+    start: Instant,
+    token: u64,
+) -> Result<(Duration, Option<u64>), Error> {
+    let nodes = mutex.redlock().nodes();
+    let request = Request::new(Op::Raise(token), mutex.name_arc(), value, plan.millis);
+    let tally = fanout::all(nodes, request, plan.node_timeout, plan.shuffle_nodes).await;
+    // The raise round counts against the validity too.
+    let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
+    let left = tally.judge_extend(left)?;
+    Ok((left, Some(token)))
 }
 
 /// Releases the current value in the background if `acquire` is dropped before it returns.

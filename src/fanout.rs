@@ -21,7 +21,7 @@ use crate::settings::Plan;
 pub(crate) type Settle = Shared<BoxFuture<'static, ()>>;
 
 /// One node's answer.
-type Reply = Result<(), NodeErrorKind>;
+type Reply = Result<u64, NodeErrorKind>;
 
 /// The calls of one request, one per node, polled together by whoever awaits them: no task and no
 /// waker per call, and one timer for all of them.

@@ -4,6 +4,7 @@ mod acquire;
 mod delay;
 mod error;
 mod fanout;
+mod fenced;
 mod lock;
 mod mutex;
 mod node;
@@ -15,6 +16,7 @@ mod settings;
 mod value;
 
 pub use error::{Error, NodeError, NodeErrorKind};
+pub use fenced::fenced_set;
 pub use lock::Lock;
 pub use mutex::Mutex;
 pub use node::NodeConnection;
@@ -45,7 +47,7 @@ pub mod internals {
     pub fn judge_acquire(ok: usize, failed: usize, validity: Option<Duration>) -> bool {
         let mut tally = crate::quorum::Tally::new(ok + failed);
         for node in 0..ok {
-            tally.add(node, Ok(()));
+            tally.add(node, Ok(0));
         }
         for node in ok..ok + failed {
             tally.add(

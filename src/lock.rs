@@ -61,6 +61,8 @@ pub struct Lock {
 struct Held {
     mutex: Mutex,
     value: Arc<str>,
+    /// The fencing token, when the mutex has fencing on.
+    token: Option<u64>,
     state: std::sync::Mutex<State>,
 }
 
@@ -77,11 +79,13 @@ impl Lock {
         value: Arc<str>,
         valid_until: Instant,
         settle: Option<Settle>,
+        token: Option<u64>,
     ) -> Self {
         Lock {
             held: Arc::new(Held {
                 mutex,
                 value,
+                token,
                 state: std::sync::Mutex::new(State {
                     valid_until,
                     unlocked: false,
@@ -131,6 +135,34 @@ impl Lock {
     /// ```
     pub fn value(&self) -> &str {
         &self.held.value
+    }
+
+    /// The fencing token of this acquisition: `Some` when the mutex has
+    /// [`with_fencing(true)`](Mutex::with_fencing), `None` otherwise (and for adopted handles, whose
+    /// token is the original holder's to pass on).
+    ///
+    /// Tokens of one name strictly increase from one holder to the next, as long as the nodes keep
+    /// their data. Pass the token with every write to the protected resource, and let the resource
+    /// refuse a token lower than one it has already seen (see [`fenced_set`](crate::fenced_set)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let mutex = redlock.new_mutex("ledger").with_fencing(true);
+    /// let first = mutex.lock().await?;
+    /// let t1 = first.token().expect("fencing is on");
+    /// first.unlock().await?;
+    /// let second = mutex.lock().await?;
+    /// assert!(second.token().expect("fencing is on") > t1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn token(&self) -> Option<u64> {
+        self.held.token
     }
 
     /// The resource name.

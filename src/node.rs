@@ -8,7 +8,7 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
 use crate::error::NodeErrorKind;
-use crate::scripts::{DIGESTS, EXTEND, RELEASE};
+use crate::scripts::{ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE};
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
 ///
@@ -83,7 +83,7 @@ impl NodeConnection {
 
     /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
     pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
-        for script in [RELEASE, EXTEND] {
+        for script in [RELEASE, EXTEND, ACQUIRE_FENCED, RAISE] {
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
                 .await?;
         }
@@ -117,6 +117,15 @@ pub(crate) enum Op {
     Extend,
     /// Compare-and-DEL.
     Release,
+    /// SET NX PX that also reads the fencing counter.
+    AcquireFenced,
+    /// Raise the fencing counter to a token where our value holds the lock.
+    Raise(u64),
+}
+
+/// The key of a name's fencing counter: beside the lock key, never expiring, kept across unlocks.
+pub(crate) fn counter_key(name: &str) -> String {
+    format!("{name}:fence")
 }
 
 /// How a script travels to the nodes.
@@ -172,6 +181,10 @@ impl Request {
                 script_cmd("EVALSHA", &DIGESTS.release, name, value, None)
             }
             (Op::Release, Delivery::Inline) => script_cmd("EVAL", RELEASE, name, value, None),
+            (Op::AcquireFenced, _) => {
+                fenced_cmd("EVALSHA", &DIGESTS.acquire_fenced, name, value, millis)
+            }
+            (Op::Raise(token), _) => fenced_cmd("EVALSHA", &DIGESTS.raise, name, value, token),
         };
         Request {
             op,
@@ -195,6 +208,14 @@ impl Request {
                 Some(self.millis),
             )),
             Op::Release => Some(script_cmd("EVAL", RELEASE, &self.name, &self.value, None)),
+            Op::AcquireFenced => Some(fenced_cmd(
+                "EVAL",
+                ACQUIRE_FENCED,
+                &self.name,
+                &self.value,
+                self.millis,
+            )),
+            Op::Raise(token) => Some(fenced_cmd("EVAL", RAISE, &self.name, &self.value, token)),
         }
     }
 
@@ -227,14 +248,17 @@ impl Request {
         });
     }
 
-    /// Reads a node's reply as "ours", "taken", "missing" or a failure.
-    fn interpret(&self, reply: Value) -> Result<(), NodeErrorKind> {
+    /// Reads a node's reply as "ours" (with the fencing counter, 0 where not asked for), "taken",
+    /// "missing" or a failure.
+    fn interpret(&self, reply: Value) -> Result<u64, NodeErrorKind> {
         match (self.op, reply) {
-            (Op::Acquire, Value::Okay) => Ok(()),
+            (Op::Acquire, Value::Okay) => Ok(0),
             (Op::Acquire, Value::Nil) => Err(NodeErrorKind::Taken),
-            (Op::Extend | Op::Release, Value::Int(1)) => Ok(()),
-            (Op::Extend | Op::Release, Value::Int(0)) => Err(NodeErrorKind::Missing),
-            (Op::Extend | Op::Release, Value::Int(-1)) => Err(NodeErrorKind::Taken),
+            (Op::AcquireFenced, Value::Int(-1)) => Err(NodeErrorKind::Taken),
+            (Op::AcquireFenced, Value::Int(counter)) if counter >= 0 => Ok(counter.unsigned_abs()),
+            (Op::Extend | Op::Release | Op::Raise(_), Value::Int(1)) => Ok(0),
+            (Op::Extend | Op::Release | Op::Raise(_), Value::Int(0)) => Err(NodeErrorKind::Missing),
+            (Op::Extend | Op::Release | Op::Raise(_), Value::Int(-1)) => Err(NodeErrorKind::Taken),
             (_, other) => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
         }
     }
@@ -246,6 +270,20 @@ fn script_cmd(verb: &str, script: &str, name: &str, value: &str, millis: Option<
     if let Some(millis) = millis {
         cmd.arg(millis);
     }
+    cmd
+}
+
+/// A script over the lock key and its fencing counter, with one number argument.
+fn fenced_cmd(verb: &str, script: &str, name: &str, value: &str, number: u64) -> Cmd {
+    let counter = counter_key(name);
+    let mut cmd = Cmd::with_capacity(7, 40 + script.len() + 2 * name.len() + value.len());
+    cmd.arg(verb)
+        .arg(script)
+        .arg(2)
+        .arg(name)
+        .arg(counter)
+        .arg(value)
+        .arg(number);
     cmd
 }
 
@@ -269,7 +307,7 @@ fn describe(reply: &Value) -> String {
 pub(crate) async fn call(
     mut connection: NodeConnection,
     request: &Request,
-) -> Result<(), NodeErrorKind> {
+) -> Result<u64, NodeErrorKind> {
     match request.send(&mut connection).await {
         Ok(reply) => request.interpret(reply),
         Err(error) => Err(NodeErrorKind::Redis(error)),

@@ -43,6 +43,8 @@ pub(crate) struct Tally {
     pub failures: Vec<NodeError>,
     /// Nodes that have answered so far.
     pub answered: usize,
+    /// The highest fencing counter among the nodes that said "ours" (0 without fencing).
+    pub max_counter: u64,
     /// Nodes asked.
     pub total: usize,
 }
@@ -55,11 +57,14 @@ impl Tally {
         }
     }
 
-    /// Counts one node's reply.
-    pub(crate) fn add(&mut self, node: usize, reply: Result<(), NodeErrorKind>) {
+    /// Counts one node's reply: `Ok` carries the node's fencing counter (0 where not asked for).
+    pub(crate) fn add(&mut self, node: usize, reply: Result<u64, NodeErrorKind>) {
         self.answered += 1;
         match reply {
-            Ok(()) => self.ours += 1,
+            Ok(counter) => {
+                self.ours += 1;
+                self.max_counter = self.max_counter.max(counter);
+            }
             Err(kind) => {
                 match kind {
                     NodeErrorKind::Taken => self.foreign.push(node),
@@ -173,7 +178,7 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    fn tally(replies: &[Result<(), NodeErrorKind>]) -> Tally {
+    fn tally(replies: &[Result<u64, NodeErrorKind>]) -> Tally {
         let mut tally = Tally::new(replies.len());
         for (node, reply) in replies.iter().enumerate() {
             tally.add(node, reply.clone());
@@ -228,13 +233,13 @@ mod tests {
 
     #[test]
     fn acquire_needs_quorum_and_validity() {
-        let ok = tally(&[Ok(()), Ok(()), Err(timeout())]);
+        let ok = tally(&[Ok(0), Ok(0), Err(timeout())]);
         assert_eq!(ok.judge_acquire(Some(5 * MS)).ok(), Some(5 * MS));
 
-        let late = tally(&[Ok(()), Ok(()), Err(timeout())]);
+        let late = tally(&[Ok(0), Ok(0), Err(timeout())]);
         assert!(matches!(late.judge_acquire(None), Err(Error::Expired)));
 
-        let short = tally(&[Ok(()), Err(timeout()), Err(timeout())]);
+        let short = tally(&[Ok(0), Err(timeout()), Err(timeout())]);
         match short.judge_acquire(Some(5 * MS)) {
             Err(Error::NoQuorum {
                 ok,
@@ -254,7 +259,7 @@ mod tests {
     fn acquire_reports_taken_only_on_a_foreign_quorum() {
         let taken = tally(&[
             Err(NodeErrorKind::Taken),
-            Ok(()),
+            Ok(0),
             Err(NodeErrorKind::Taken),
             Err(NodeErrorKind::Taken),
             Err(timeout()),
@@ -266,9 +271,9 @@ mod tests {
 
         let split = tally(&[
             Err(NodeErrorKind::Taken),
-            Ok(()),
+            Ok(0),
             Err(NodeErrorKind::Taken),
-            Ok(()),
+            Ok(0),
             Err(timeout()),
         ]);
         assert!(matches!(
@@ -282,30 +287,30 @@ mod tests {
         let gone = tally(&[
             Err(NodeErrorKind::Missing),
             Err(NodeErrorKind::Taken),
-            Ok(()),
+            Ok(0),
         ]);
         assert!(matches!(gone.judge_extend(Some(MS)), Err(Error::Expired)));
 
-        let taken = tally(&[Err(NodeErrorKind::Taken), Err(NodeErrorKind::Taken), Ok(())]);
+        let taken = tally(&[Err(NodeErrorKind::Taken), Err(NodeErrorKind::Taken), Ok(0)]);
         assert!(matches!(
             taken.judge_extend(Some(MS)),
             Err(Error::Taken { .. })
         ));
 
-        let down = tally(&[Err(NodeErrorKind::Missing), Err(timeout()), Ok(())]);
+        let down = tally(&[Err(NodeErrorKind::Missing), Err(timeout()), Ok(0)]);
         assert!(matches!(
             down.judge_extend(Some(MS)),
             Err(Error::NoQuorum { ok: 1, .. })
         ));
 
-        let slow = tally(&[Ok(()), Ok(()), Ok(())]);
+        let slow = tally(&[Ok(0), Ok(0), Ok(0)]);
         assert!(matches!(slow.judge_extend(None), Err(Error::Expired)));
     }
 
     #[test]
     fn release_succeeds_on_quorum_only() {
         assert!(
-            tally(&[Ok(()), Ok(()), Err(timeout())])
+            tally(&[Ok(0), Ok(0), Err(timeout())])
                 .judge_release()
                 .is_ok()
         );
@@ -313,13 +318,13 @@ mod tests {
             tally(&[
                 Err(NodeErrorKind::Missing),
                 Err(NodeErrorKind::Missing),
-                Ok(())
+                Ok(0)
             ])
             .judge_release(),
             Err(Error::Expired)
         ));
         assert!(matches!(
-            tally(&[Ok(()), Err(timeout()), Err(timeout())]).judge_release(),
+            tally(&[Ok(0), Err(timeout()), Err(timeout())]).judge_release(),
             Err(Error::NoQuorum { .. })
         ));
     }
@@ -327,10 +332,10 @@ mod tests {
     #[test]
     fn decided_as_soon_as_the_outcome_cannot_change() {
         let mut t = Tally::new(5);
-        t.add(0, Ok(()));
-        t.add(1, Ok(()));
+        t.add(0, Ok(0));
+        t.add(1, Ok(0));
         assert!(!t.decided(), "2 of 5, 3 pending");
-        t.add(2, Ok(()));
+        t.add(2, Ok(0));
         assert!(t.decided(), "quorum reached");
 
         let mut t = Tally::new(5);
@@ -381,9 +386,9 @@ mod tests {
         for case in 0..100_000 {
             let n = rng.random_range(1..=9usize);
             let q = quorum(n);
-            let replies: Vec<Result<(), NodeErrorKind>> = (0..n)
+            let replies: Vec<Result<u64, NodeErrorKind>> = (0..n)
                 .map(|_| match rng.random_range(0..5) {
-                    0 | 1 => Ok(()),
+                    0 | 1 => Ok(0),
                     2 => Err(NodeErrorKind::Taken),
                     3 => Err(NodeErrorKind::Missing),
                     _ => Err(timeout()),

@@ -28,15 +28,44 @@ end
 return -1
 "#;
 
+/// Fenced acquire: `SET name value NX PX expiry`, and on success the name's fencing counter.
+/// `KEYS[1]` = name, `KEYS[2]` = counter, `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds.
+/// Returns the counter (0 if never set), or `-1` if the name is held. Setting and reading are one
+/// atomic step: the counter read is the one in force when the lock was free.
+pub(crate) const ACQUIRE_FENCED: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+return -1
+"#;
+
+/// Raise the fencing counter to the chosen token, only where our value still holds the lock:
+/// `KEYS[1]` = name, `KEYS[2]` = counter, `ARGV[1]` = value, `ARGV[2]` = token. The counter never
+/// goes down and never expires.
+pub(crate) const RAISE: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+if current ~= ARGV[1] then return -1 end
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+if counter < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return 1
+"#;
+
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
 pub(crate) struct Digests {
     pub release: String,
     pub extend: String,
+    pub acquire_fenced: String,
+    pub raise: String,
 }
 
 pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
     release: redis::Script::new(RELEASE).get_hash().to_owned(),
     extend: redis::Script::new(EXTEND).get_hash().to_owned(),
+    acquire_fenced: redis::Script::new(ACQUIRE_FENCED).get_hash().to_owned(),
+    raise: redis::Script::new(RAISE).get_hash().to_owned(),
 });
 
 #[cfg(test)]
@@ -45,7 +74,12 @@ mod tests {
 
     #[test]
     fn digests_are_sha1_hex() {
-        for digest in [&DIGESTS.release, &DIGESTS.extend] {
+        for digest in [
+            &DIGESTS.release,
+            &DIGESTS.extend,
+            &DIGESTS.acquire_fenced,
+            &DIGESTS.raise,
+        ] {
             assert_eq!(digest.len(), 40);
             assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
         }

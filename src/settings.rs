@@ -32,6 +32,7 @@ pub(crate) struct Settings {
     pub timeout_factor: f64,
     pub fail_fast: bool,
     pub shuffle_nodes: bool,
+    pub fencing: bool,
     pub value_fn: Option<ValueFn>,
 }
 
@@ -45,6 +46,7 @@ impl Default for Settings {
             timeout_factor: DEFAULT_TIMEOUT_FACTOR,
             fail_fast: false,
             shuffle_nodes: false,
+            fencing: false,
             value_fn: None,
         }
     }
@@ -60,6 +62,7 @@ impl fmt::Debug for Settings {
             .field("timeout_factor", &self.timeout_factor)
             .field("fail_fast", &self.fail_fast)
             .field("shuffle_nodes", &self.shuffle_nodes)
+            .field("fencing", &self.fencing)
             .field("value_fn", &self.value_fn.as_ref().map(|_| "fn"))
             .finish()
     }
@@ -79,6 +82,7 @@ pub(crate) struct Plan {
     pub drift_factor: f64,
     pub fail_fast: bool,
     pub shuffle_nodes: bool,
+    pub fencing: bool,
 }
 
 impl Plan {
@@ -127,6 +131,7 @@ impl Settings {
             drift_factor: self.drift_factor,
             fail_fast: self.fail_fast,
             shuffle_nodes: self.shuffle_nodes,
+            fencing: self.fencing,
         })
     }
 
