@@ -16,7 +16,8 @@
 //!   node's commands travel in order on its one multiplexed connection, so a late `SET` can never
 //!   land after the release that follows it.
 //! - **redmutex default** (`with_retry_delay` set for the contended workload only) and
-//!   **redmutex fail-fast** (`with_fail_fast(true)`).
+//!   **redmutex fail-fast** (`with_fail_fast(true)`), and **redmutex fencing** (default options
+//!   with `with_fencing(true)`: one more round trip per acquisition).
 //! - **rslock** (crates.io), built as `peers/rslock-bench` and run as a subprocess against the same
 //!   nodes with the same harness (`benches/support/harness.rs`).
 //!
@@ -73,23 +74,27 @@ enum Who {
     FloorQuorum,
     RedmutexDefault,
     RedmutexFailFast,
+    /// Default options plus `with_fencing(true)`: the cost of the raise round.
+    RedmutexFencing,
     Rslock,
 }
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 5] = [
+    const ALL: [Who; 6] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
         Who::RedmutexFailFast,
+        Who::RedmutexFencing,
         Who::Rslock,
     ];
 
     /// Run order before rotation: each library next to its floor.
-    const RUN: [Who; 5] = [
+    const RUN: [Who; 6] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
+        Who::RedmutexFencing,
         Who::FloorQuorum,
         Who::RedmutexFailFast,
         Who::Rslock,
@@ -101,6 +106,7 @@ impl Who {
             Who::FloorQuorum => "floor quorum",
             Who::RedmutexDefault => "redmutex default",
             Who::RedmutexFailFast => "redmutex fail-fast",
+            Who::RedmutexFencing => "redmutex fencing",
             Who::Rslock => "rslock 0.10.0",
         }
     }
@@ -109,7 +115,9 @@ impl Who {
     fn baseline(self) -> Option<Who> {
         match self {
             Who::FloorWaitAll => None,
-            Who::FloorQuorum | Who::RedmutexDefault | Who::Rslock => Some(Who::FloorWaitAll),
+            Who::FloorQuorum | Who::RedmutexDefault | Who::RedmutexFencing | Who::Rslock => {
+                Some(Who::FloorWaitAll)
+            }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
         }
     }
@@ -294,7 +302,7 @@ fn run_contender(
                     .collect())
             })
         }
-        Who::RedmutexDefault | Who::RedmutexFailFast => {
+        Who::RedmutexDefault | Who::RedmutexFailFast | Who::RedmutexFencing => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
                 let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
                 Ok(names
@@ -306,6 +314,9 @@ fn run_contender(
                         }
                         if who == Who::RedmutexFailFast {
                             mutex = mutex.with_fail_fast(true);
+                        }
+                        if who == Who::RedmutexFencing {
+                            mutex = mutex.with_fencing(true);
                         }
                         Redmutex { mutex, held: None }
                     })
