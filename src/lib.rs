@@ -5,6 +5,7 @@ mod delay;
 mod error;
 mod fanout;
 mod fenced;
+mod keep_alive;
 mod lock;
 mod mutex;
 mod node;
@@ -17,6 +18,7 @@ mod value;
 
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;
+pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;
 pub use node::NodeConnection;

@@ -306,6 +306,37 @@ impl Lock {
         Ok(())
     }
 
+    /// Starts a heartbeat task that calls [`extend`](Lock::extend) every `interval` (a third of the
+    /// expiry is a good choice) and reports when the lock is lost; see [`KeepAlive`].
+    ///
+    /// The library never extends on its own: this is the explicit, opt-in form of the heartbeat
+    /// pattern. Must be called within a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::time::Duration;
+    ///
+    /// let mutex = redlock.new_mutex("job:export");
+    /// let lock = mutex.lock().await?;
+    /// let keep = lock.keep_alive(mutex.expiry() / 3).max_extensions(100);
+    /// // ... work, checking keep.end() or awaiting keep.ended() alongside ...
+    /// lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn keep_alive(&self, interval: Duration) -> crate::KeepAlive {
+        crate::KeepAlive::start(self.clone(), interval)
+    }
+
+    pub(crate) fn is_unlocked(&self) -> bool {
+        self.state().unlocked
+    }
+
     /// Checks everything that needs no I/O.
     fn prepare(&self) -> Result<&Plan, Error> {
         let plan = self.held.mutex.plan()?;
