@@ -307,7 +307,7 @@ impl Lock {
     }
 
     /// Starts a heartbeat task that calls [`extend`](Lock::extend) every `interval` (a third of the
-    /// expiry is a good choice) and reports when the lock is lost; see [`KeepAlive`].
+    /// expiry is a good choice) and reports when the lock is lost; see [`KeepAlive`](crate::KeepAlive).
     ///
     /// The library never extends on its own: this is the explicit, opt-in form of the heartbeat
     /// pattern. Must be called within a tokio runtime.
