@@ -36,7 +36,17 @@ pub(crate) async fn acquire(
     };
     let mut attempt = 1;
     loop {
-        let cleanup = match attempt_once(mutex, plan, &guard.value).await {
+        let outcome = attempt_once(mutex, plan, &guard.value).await;
+        match &outcome {
+            Ok(lock) => tracing::debug!(
+                attempt,
+                valid_for_ms = millis_left(lock.valid_until()),
+                token = lock.token(),
+                "acquired"
+            ),
+            Err((error, _)) => tracing::debug!(attempt, %error, "attempt failed"),
+        }
+        let cleanup = match outcome {
             Ok(lock) => {
                 guard.armed = false;
                 return Ok(lock);
@@ -71,6 +81,11 @@ pub(crate) async fn acquire(
         }
         attempt += 1;
     }
+}
+
+/// Milliseconds from now until `until` (0 if passed), for traces.
+pub(crate) fn millis_left(until: Instant) -> u64 {
+    u64::try_from(until.saturating_duration_since(Instant::now()).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// One attempt. On failure, the error and the release of whatever the attempt set.

@@ -114,14 +114,26 @@ async fn gather(
     until_decided: bool,
 ) -> (Tally, Option<Settle>) {
     let request = Arc::new(request);
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
     let mut timer = pin!(sleep_until(deadline.into()));
     let mut calls = fan_out(nodes, &request, shuffle);
     let mut tally = Tally::new(nodes.len());
     let timed_out = poll_fn(|cx| {
         // Each wake-up takes every reply that is in, even after the verdict is decided: those
         // cost nothing to take, and each is one call less to finish in the background.
-        match calls.poll_replies(cx, |node, reply| tally.add(node, reply)) {
+        let record = |node, reply: Reply| {
+            tracing::trace!(
+                op = request.op_name(),
+                node,
+                ok = reply.is_ok(),
+                error = reply.as_ref().err().map(tracing::field::display),
+                latency_us = started.elapsed().as_micros() as u64,
+                "node replied"
+            );
+            tally.add(node, reply);
+        };
+        match calls.poll_replies(cx, record) {
             Poll::Ready(()) => Poll::Ready(false),
             Poll::Pending if until_decided && tally.decided() => Poll::Ready(false),
             Poll::Pending => timer.as_mut().poll(cx).map(|()| true),
@@ -133,6 +145,7 @@ async fn gather(
         for (node, call) in calls.pending.drain(..) {
             drop(call);
             request.follow_up(nodes[node].connection.clone());
+            tracing::trace!(op = request.op_name(), node, ?timeout, "node timed out");
             tally.add(node, Err(NodeErrorKind::Timeout(timeout)));
         }
     }

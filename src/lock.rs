@@ -230,7 +230,18 @@ impl Lock {
         )
         .await;
         let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
+        let (ok, total) = (tally.ours, tally.total);
         let judged = tally.judge_extend(left);
+        match &judged {
+            Ok(left) => tracing::debug!(
+                name = self.name(),
+                ok,
+                total,
+                valid_for_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                "extended"
+            ),
+            Err(error) => tracing::debug!(name = self.name(), ok, total, %error, "extend failed"),
+        }
         let mut state = self.state();
         // A clone unlocked while this extend was in flight: say so, rather than report the keys
         // that unlock deleted as an expired lock.
@@ -295,7 +306,12 @@ impl Lock {
             Delivery::ByDigest,
         )
         .await;
+        let (ok, total) = (tally.ours, tally.total);
         let judged = tally.judge_release();
+        match &judged {
+            Ok(()) => tracing::debug!(name = self.name(), ok, total, "unlocked"),
+            Err(error) => tracing::debug!(name = self.name(), ok, total, %error, "unlock failed"),
+        }
         let mut state = self.state();
         // A clone unlocked while this call was in flight: the lock is released either way.
         if state.unlocked {

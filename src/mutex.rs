@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use crate::acquire::acquire;
 use crate::delay::RetryDelay;
 use crate::error::Error;
@@ -382,7 +384,10 @@ impl Mutex {
     pub async fn lock(&self) -> Result<Lock, Error> {
         let plan = self.plan()?;
         let value = self.new_value()?;
-        acquire(self, plan, value, plan.tries).await
+        let span = tracing::debug_span!("redmutex.lock", name = %self.name(), tries = plan.tries);
+        acquire(self, plan, value, plan.tries)
+            .instrument(span)
+            .await
     }
 
     /// Makes exactly one attempt to acquire the lock.
@@ -414,7 +419,8 @@ impl Mutex {
     pub async fn try_lock(&self) -> Result<Lock, Error> {
         let plan = self.plan()?;
         let value = self.new_value()?;
-        acquire(self, plan, value, 1).await
+        let span = tracing::debug_span!("redmutex.try_lock", name = %self.name());
+        acquire(self, plan, value, 1).instrument(span).await
     }
 
     /// A handle on a lock that another handle (possibly in another process) acquired with `value`.

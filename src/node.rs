@@ -196,6 +196,16 @@ impl Request {
         }
     }
 
+    /// What the request does, for traces.
+    pub(crate) fn op_name(&self) -> &'static str {
+        match self.op {
+            Op::Acquire | Op::AcquireFenced => "acquire",
+            Op::Extend => "extend",
+            Op::Release => "release",
+            Op::Raise(_) => "raise",
+        }
+    }
+
     /// The same script sent in full, for a node that does not have it cached (NOSCRIPT).
     fn eval_cmd(&self) -> Option<Cmd> {
         match self.op {

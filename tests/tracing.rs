@@ -1,0 +1,97 @@
+//! Traces: spans and events for acquire, extend and release, with the name, attempt numbers and
+//! per-node outcomes, never the lock value or a password.
+
+mod support;
+
+use std::io;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use redmutex::Redlock;
+use testenv::Cluster;
+use tracing::Level;
+
+/// Collects everything the subscriber writes.
+#[derive(Clone, Default)]
+struct Capture(Arc<StdMutex<Vec<u8>>>);
+
+impl io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capture {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("not poisoned")).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn operations_are_traced_without_secrets() {
+    let cluster = Cluster::start(3);
+    let password = "s3cret-for-tracing";
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(password)
+            .query(&mut node.connection())
+            .expect("CONFIG SET");
+    }
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replace("redis://", &format!("redis://:{password}@")))
+        .collect();
+
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(Level::TRACE)
+        .with_writer({
+            let capture = capture.clone();
+            move || capture.clone()
+        })
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let redlock = Redlock::connect(&urls).await.expect("URLs parse");
+    let mutex = redlock
+        .new_mutex("traced:job")
+        .with_retry_delay(Duration::from_millis(5))
+        .with_tries(2);
+    let lock = mutex.lock().await.expect("free lock");
+    let failed = mutex.lock().await.expect_err("held");
+    lock.extend().await.expect("extend");
+    lock.unlock().await.expect("unlock");
+
+    let text = capture.text();
+    for expected in [
+        "redmutex.lock",
+        "name=traced:job",
+        "attempt=1",
+        "attempt=2",
+        "acquired",
+        "attempt failed",
+        "node replied",
+        "latency_us",
+        "extended",
+        "unlocked",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(text.contains(&failed.to_string()), "the error is traced");
+    assert!(
+        !text.contains(lock.value()),
+        "the lock value leaked:\n{text}"
+    );
+    assert!(!text.contains(password), "the password leaked:\n{text}");
+}
