@@ -123,16 +123,18 @@ async fn delayed_restart_keeps_exclusion() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "slow (about a minute); run by .ci/run with --ignored"]
 async fn increments_survive_a_delayed_restart() {
-    contended_increments(32, 200).await;
+    // A 10 s expiry: three minutes of 32 contending tasks on 2 cores can stall a holder for
+    // seconds, and a stall past the validity is outside what the lock promises.
+    contended_increments(32, 200, Duration::from_secs(10)).await;
 }
 
 /// The same at a size that runs in every `cargo test`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn increments_survive_a_delayed_restart_small() {
-    contended_increments(8, 25).await;
+    contended_increments(8, 25, Duration::from_secs(2)).await;
 }
 
-async fn contended_increments(tasks: usize, rounds: usize) {
+async fn contended_increments(tasks: usize, rounds: usize, expiry: Duration) {
     let cluster = Arc::new(Cluster::start(5));
     let store = Cluster::start(1);
     let history = Arc::new(History::new());
@@ -144,7 +146,7 @@ async fn contended_increments(tasks: usize, rounds: usize) {
     for task in 0..tasks {
         let mutex = clients[task % 4]
             .new_mutex("safety:counter")
-            .with_expiry(Duration::from_secs(2))
+            .with_expiry(expiry)
             .with_timeout_factor(0.25)
             .with_tries(100_000)
             .with_retry_delay_fn(|_| Duration::from_micros(200 + rand::random_range(0..3000)));
@@ -181,7 +183,7 @@ async fn contended_increments(tasks: usize, rounds: usize) {
     let faults = {
         let cluster = Arc::clone(&cluster);
         tokio::task::spawn_blocking(move || {
-            std::thread::sleep(Duration::from_millis(2100));
+            std::thread::sleep(expiry + Duration::from_millis(100));
             cluster.node(1).restart();
         })
     };
