@@ -173,7 +173,12 @@ async fn contended_increments(tasks: usize, rounds: usize, expiry: Duration) {
                     Instant::now(),
                     lock.valid_until(),
                 );
-                lock.unlock().await.expect("unlock");
+                match lock.unlock().await {
+                    // A lock held on a bare quorum that included the killed node cannot confirm
+                    // its release on a quorum; the reachable nodes released it all the same.
+                    Ok(()) | Err(redmutex::Error::NoQuorum { .. }) => {}
+                    Err(error) => panic!("unlock: {error}"),
+                }
             }
         }));
     }
