@@ -51,16 +51,8 @@ use harness::{Contender, EXPIRY, Flavor, Json, NODES, Row, TRIES, Timing, Worklo
 /// Nodes that must agree.
 const QUORUM: usize = NODES / 2 + 1;
 
-/// redmutex's release script, verbatim (the crate keeps it private): the floor runs the same Lua.
-const RELEASE: &str = r#"
-local current = redis.call('GET', KEYS[1])
-if not current then return 0 end
-if current == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-return -1
-"#;
+/// redmutex's release script: the floor runs the same Lua.
+const RELEASE: &str = redmutex::internals::RELEASE_SCRIPT;
 
 /// Concurrent tasks acquiring (and later releasing) the locks of the memory test.
 const MEMORY_TASKS: usize = 64;

@@ -17,21 +17,14 @@ mod common;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use common::{BoxError, nodes};
+use common::{BoxError, exit_code, nodes};
 use redmutex::{Redlock, fenced_set};
 
 const EXPIRY: Duration = Duration::from_millis(500);
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(run().await)
 }
 
 async fn run() -> Result<bool, BoxError> {

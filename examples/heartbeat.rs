@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{BoxError, nodes};
+use common::{BoxError, exit_code, nodes};
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -34,14 +34,7 @@ const RIVAL_AFTER: Duration = Duration::from_millis(1_500);
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(run().await)
 }
 
 /// Returns whether the work finished under the lock and the second client was refused.

@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{BoxError, nodes};
+use common::{BoxError, exit_code, nodes};
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -81,14 +81,7 @@ struct Outcome {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(run().await)
 }
 
 /// Runs the selected races; returns false if the locked run sold anything but the stock.

@@ -29,6 +29,9 @@ pub use redlock::Redlock;
 pub mod internals {
     use std::time::Duration;
 
+    /// The compare-and-delete script, for the benchmark's raw floor to run the same Lua.
+    pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE;
+
     /// See `quorum::quorum`.
     pub fn quorum(nodes: usize) -> usize {
         crate::quorum::quorum(nodes)

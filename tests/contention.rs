@@ -7,18 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redmutex::{Mutex, Redlock};
+use redmutex::Redlock;
+use support::contended;
 use testenv::Cluster;
-
-/// A mutex for heavy contention: quick jittered retries, plenty of them.
-fn contended(redlock: &Redlock, name: &str) -> Mutex {
-    redlock
-        .new_mutex(name)
-        .with_expiry(Duration::from_secs(2))
-        .with_timeout_factor(0.25)
-        .with_tries(2000)
-        .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..4500)))
-}
 
 async fn clients(cluster: &Cluster, n: usize) -> Vec<Redlock> {
     let mut clients = Vec::new();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use redmutex::{Redlock, fenced_set};
-use support::client;
+use support::{client, contended};
 use testenv::Cluster;
 
 /// A URL where nothing listens: a node this client cannot reach (one side of a partition).
@@ -150,13 +150,7 @@ async fn tokens_increase_under_contention_and_faults() {
         let redlock = client(&cluster).await;
         let acquired = Arc::clone(&acquired);
         tasks.push(tokio::spawn(async move {
-            let mutex = redlock
-                .new_mutex("fencing:contended")
-                .with_fencing(true)
-                .with_expiry(Duration::from_secs(2))
-                .with_timeout_factor(0.25)
-                .with_tries(100_000)
-                .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..5000)));
+            let mutex = contended(&redlock, "fencing:contended").with_fencing(true);
             for _ in 0..10 {
                 let lock = mutex.lock().await.expect("lock under contention");
                 let at = Instant::now();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use redmutex::{Mutex, Redlock};
 use support::history::History;
-use support::{client, present};
+use support::{client, contended, present};
 use testenv::Cluster;
 
 /// A URL where nothing listens: a node this client cannot reach (one side of a partition).
@@ -144,12 +144,7 @@ async fn contended_increments(tasks: usize, rounds: usize, expiry: Duration) {
     }
     let mut workers = Vec::new();
     for task in 0..tasks {
-        let mutex = clients[task % 4]
-            .new_mutex("safety:counter")
-            .with_expiry(expiry)
-            .with_timeout_factor(0.25)
-            .with_tries(100_000)
-            .with_retry_delay_fn(|_| Duration::from_micros(200 + rand::random_range(0..3000)));
+        let mutex = contended(&clients[task % 4], "safety:counter").with_expiry(expiry);
         let url = store.node(0).url();
         let history = Arc::clone(&history);
         workers.push(tokio::spawn(async move {
@@ -219,12 +214,7 @@ async fn last_item_sold_once_with_a_paused_node() {
     let sales = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut buyers = Vec::new();
     for buyer in 0..100 {
-        let mutex = clients[buyer % 4]
-            .new_mutex("safety:last-item")
-            .with_expiry(Duration::from_secs(2))
-            .with_timeout_factor(0.25)
-            .with_tries(10_000)
-            .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..5000)));
+        let mutex = contended(&clients[buyer % 4], "safety:last-item");
         let (url, history, sales) = (
             store.node(0).url(),
             Arc::clone(&history),
@@ -276,12 +266,7 @@ async fn fifty_clients_all_get_their_turn() {
         let redlock = client(&cluster).await;
         let history = Arc::clone(&history);
         tasks.push(tokio::spawn(async move {
-            let mutex = redlock
-                .new_mutex("safety:fifty")
-                .with_expiry(Duration::from_secs(2))
-                .with_timeout_factor(0.25)
-                .with_tries(100_000)
-                .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..5000)));
+            let mutex = contended(&redlock, "safety:fifty");
             let lock = mutex.lock().await.expect("every client gets its turn");
             let from = Instant::now();
             tokio::time::sleep(Duration::from_millis(2)).await;

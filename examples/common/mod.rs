@@ -1,6 +1,7 @@
 //! What the examples share: where the Redis nodes come from.
 
 use std::env::VarError;
+use std::process::ExitCode;
 
 /// Any error, for examples that report and exit.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -23,5 +24,17 @@ pub fn nodes() -> Result<(Vec<String>, Option<testenv::Cluster>), BoxError> {
             Ok((cluster.urls(), Some(cluster)))
         }
         Err(VarError::NotUnicode(_)) => Err("REDMUTEX_NODES is not valid UTF-8".into()),
+    }
+}
+
+/// The exit code for an example's outcome: success only if it ran and showed what it should.
+pub fn exit_code(outcome: Result<bool, BoxError>) -> ExitCode {
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -27,6 +27,17 @@ pub fn quick(redlock: &Redlock, name: &str) -> Mutex {
         .with_tries(3)
 }
 
+/// A mutex for heavy contention: a 2 s expiry, a generous 500 ms node timeout, jittered retries of
+/// 0.5 to 5 ms, and tries enough that only a real failure ends `lock()`.
+pub fn contended(redlock: &Redlock, name: &str) -> Mutex {
+    redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_tries(100_000)
+        .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..4500)))
+}
+
 /// One lock and unlock of `mutex`, so that connections are open and scripts loaded before a fault.
 pub async fn warm_up(mutex: &Mutex) {
     let lock = mutex.lock().await.expect("warm-up lock");
