@@ -113,8 +113,13 @@ async fn attempt_once(
     };
     let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
     let token = tally.max_counter.saturating_add(1);
+    let counted = if plan.fencing {
+        tally.ours_nodes.clone()
+    } else {
+        Vec::new()
+    };
     let verdict = match tally.judge_acquire(left) {
-        Ok(_) if plan.fencing => raise(mutex, plan, value, start, token).await,
+        Ok(_) if plan.fencing => raise(mutex, plan, value, start, token, &counted).await,
         other => other.map(|left| (left, None)),
     };
 
@@ -163,14 +168,35 @@ async fn raise(
     value: &Arc<str>,
     start: Instant,
     token: u64,
+    counted: &[usize],
 ) -> Result<(Duration, Option<u64>), Error> {
     let nodes = mutex.redlock().nodes();
     let request = Request::new(Op::Raise(token), mutex.name_arc(), value, plan.millis);
     let tally = fanout::all(nodes, request, plan.node_timeout, plan.shuffle_nodes).await;
+    // Only raises on the nodes whose counters went into the token count. A node whose acquire
+    // reply came too late to be counted may hold our value and accept the raise; counting it lets
+    // two holders end up with one token (found by the model check in tests/model_fencing.rs).
+    let raised = tally
+        .ours_nodes
+        .iter()
+        .filter(|node| counted.contains(node))
+        .count();
+    let needed = crate::quorum::quorum(nodes.len());
     // The raise round counts against the validity too.
     let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
-    let left = tally.judge_extend(left)?;
-    Ok((left, Some(token)))
+    if raised >= needed {
+        return left.map(|left| (left, Some(token))).ok_or(Error::Expired);
+    }
+    match tally.judge_extend(left) {
+        Err(error) => Err(error),
+        // A quorum only with nodes that were not counted: not enough.
+        Ok(_) => Err(Error::NoQuorum {
+            ok: raised,
+            quorum: needed,
+            total: nodes.len(),
+            failures: Vec::new(),
+        }),
+    }
 }
 
 /// Releases the current value in the background if `acquire` is dropped before it returns.

@@ -119,6 +119,7 @@ async fn gather(
     let mut timer = pin!(sleep_until(deadline.into()));
     let mut calls = fan_out(nodes, &request, shuffle);
     let mut tally = Tally::new(nodes.len());
+    tally.track_nodes = request.is_fenced();
     let timed_out = poll_fn(|cx| {
         // Each wake-up takes every reply that is in, even after the verdict is decided: those
         // cost nothing to take, and each is one call less to finish in the background.

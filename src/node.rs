@@ -196,6 +196,12 @@ impl Request {
         }
     }
 
+    /// Whether the request belongs to a fenced acquisition, whose replies must say which nodes
+    /// counted.
+    pub(crate) fn is_fenced(&self) -> bool {
+        matches!(self.op, Op::AcquireFenced | Op::Raise(_))
+    }
+
     /// What the request does, for traces.
     pub(crate) fn op_name(&self) -> &'static str {
         match self.op {

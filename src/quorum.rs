@@ -35,6 +35,10 @@ pub(crate) fn expiry_millis(expiry: Duration) -> u64 {
 pub(crate) struct Tally {
     /// Nodes where our value holds the key (after SET, PEXPIRE or DEL of our value).
     pub ours: usize,
+    /// Which nodes those are, when `track_nodes` is set (fencing needs them; the plain lock does
+    /// not pay for the list).
+    pub ours_nodes: Vec<usize>,
+    pub track_nodes: bool,
     /// Nodes where another owner's value holds the key.
     pub foreign: Vec<usize>,
     /// Nodes where the key is gone.
@@ -63,6 +67,9 @@ impl Tally {
         match reply {
             Ok(counter) => {
                 self.ours += 1;
+                if self.track_nodes {
+                    self.ours_nodes.push(node);
+                }
                 self.max_counter = self.max_counter.max(counter);
             }
             Err(kind) => {
