@@ -10,7 +10,7 @@ use crate::fanout;
 use crate::lock::{Lock, deadline};
 use crate::mutex::Mutex;
 use crate::node::{Delivery, Op, Request};
-use crate::quorum::{Tally, validity};
+use crate::quorum::{Tally, validity, whole_millis};
 use crate::settings::Plan;
 
 /// The release of a failed attempt.
@@ -85,7 +85,7 @@ pub(crate) async fn acquire(
 
 /// Milliseconds from now until `until` (0 if passed), for traces.
 pub(crate) fn millis_left(until: Instant) -> u64 {
-    u64::try_from(until.saturating_duration_since(Instant::now()).as_millis()).unwrap_or(u64::MAX)
+    whole_millis(until.saturating_duration_since(Instant::now()))
 }
 
 /// One attempt. On failure, the error and the release of whatever the attempt set.
@@ -105,7 +105,7 @@ async fn attempt_once(
     // Fail-fast leaves the calls still in flight running: after success the key lands on more
     // nodes (a bare quorum turns one node loss into two holders); after failure they are released
     // with the rest.
-    let (tally, in_flight) = if plan.fail_fast {
+    let (mut tally, in_flight) = if plan.fail_fast {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await
     } else {
         let tally = fanout::all(nodes, request, plan.node_timeout, plan.shuffle_nodes).await;
@@ -113,11 +113,8 @@ async fn attempt_once(
     };
     let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
     let token = tally.max_counter.saturating_add(1);
-    let counted = if plan.fencing {
-        tally.ours_nodes.clone()
-    } else {
-        Vec::new()
-    };
+    // Filled only for fenced requests (see `Tally::track_nodes`).
+    let counted = std::mem::take(&mut tally.ours_nodes);
     let verdict = match tally.judge_acquire(left) {
         Ok(_) if plan.fencing => raise(mutex, plan, value, start, token, &counted).await,
         other => other.map(|left| (left, None)),

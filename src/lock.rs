@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::fanout::{self, Settle};
 use crate::mutex::Mutex;
 use crate::node::{Delivery, Op, Request};
-use crate::quorum::validity;
+use crate::quorum::{validity, whole_millis};
 use crate::settings::{Plan, check_value};
 
 /// A lock held on a quorum of nodes.
@@ -237,7 +237,7 @@ impl Lock {
                 name = self.name(),
                 ok,
                 total,
-                valid_for_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                valid_for_ms = whole_millis(*left),
                 "extended"
             ),
             Err(error) => tracing::debug!(name = self.name(), ok, total, %error, "extend failed"),

@@ -27,7 +27,12 @@ pub(crate) fn validity(expiry: Duration, elapsed: Duration, drift_factor: f64) -
 /// The expiry as sent on the wire: whole milliseconds, rounded down so the nodes never hold the key
 /// for less time than validity assumes.
 pub(crate) fn expiry_millis(expiry: Duration) -> u64 {
-    u64::try_from(expiry.as_millis()).unwrap_or(u64::MAX).max(1)
+    whole_millis(expiry).max(1)
+}
+
+/// Whole milliseconds of `duration`, rounded down, saturating.
+pub(crate) fn whole_millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What each node said, counted.
