@@ -12,6 +12,7 @@ use crate::mutex::Mutex;
 use crate::node::{Delivery, Op, Request};
 use crate::quorum::{Tally, validity, whole_millis};
 use crate::settings::Plan;
+use crate::wake::Watch;
 
 /// The release of a failed attempt.
 enum Cleanup {
@@ -34,8 +35,14 @@ pub(crate) async fn acquire(
         value,
         armed: true,
     };
+    // With wake-up on release: this call's place in line, from its first failed attempt on.
+    let mut watch: Option<Watch> = None;
     let mut attempt = 1;
     loop {
+        let started = Instant::now();
+        if let Some(watch) = &watch {
+            watch.rearm(started);
+        }
         let outcome = attempt_once(mutex, plan, &guard.value).await;
         match &outcome {
             Ok(lock) => tracing::debug!(
@@ -49,26 +56,59 @@ pub(crate) async fn acquire(
         let cleanup = match outcome {
             Ok(lock) => {
                 guard.armed = false;
+                if let Some(watch) = watch {
+                    watch.done();
+                }
                 return Ok(lock);
             }
             Err((error, _)) if attempt >= tries => {
                 // Whatever the attempt set is released, or being released in the background.
                 guard.armed = false;
+                if let Some(watch) = watch {
+                    watch.done();
+                }
                 return Err(error);
             }
             Err((_, cleanup)) => cleanup,
         };
         // Computed before the await: the thread-local generator must not live across it.
         let delay = plan.retry_delay_after(attempt);
+        let mut retry_now = false;
+        if watch.is_none()
+            && plan.wake_on_release
+            && let Some(hub) = mutex.redlock().hub()
+        {
+            let (joined, subscribing) = hub.watch(mutex.name_arc(), started);
+            watch = Some(joined);
+            if let Some(subscribing) = subscribing {
+                // Nobody listened for this name: a release between the failed attempt and the
+                // subscription taking effect went unheard. One more attempt, once the nodes
+                // confirmed, covers that gap.
+                subscribing.confirmed(plan.node_timeout).await;
+                retry_now = true;
+            }
+        }
+        let pause = async {
+            match &watch {
+                _ if retry_now => {}
+                Some(watch) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = watch.woken() => tracing::trace!(attempt, "woken by a release"),
+                    }
+                }
+                None => tokio::time::sleep(delay).await,
+            }
+        };
         // The next attempt reuses the value, so this attempt's release must be done before it
         // starts, or it could delete the next attempt's keys.
         let confirmed = match cleanup {
             Cleanup::Done { confirmed } => {
-                tokio::time::sleep(delay).await;
+                pause.await;
                 confirmed
             }
             Cleanup::Background(task) => {
-                let (_, confirmed) = futures::join!(tokio::time::sleep(delay), task);
+                let (_, confirmed) = futures::join!(pause, task);
                 confirmed.unwrap_or(false)
             }
         };

@@ -187,12 +187,13 @@ pub(crate) fn release(
 ) -> impl Future<Output = Tally> + Send + 'static {
     // The expiry travels with the request: it bounds how long a follow-up to a stalled node may
     // wait (after the expiry the key is gone anyway).
-    let (timeout, millis) = (plan.node_timeout, plan.millis);
+    let (timeout, millis, notify) = (plan.node_timeout, plan.millis, plan.wake_on_release);
     async move {
         if let Some(settle) = settle {
             settle.await;
         }
-        let request = Request::with_delivery(Op::Release, &name, &value, millis, delivery);
+        let request =
+            Request::with_delivery(Op::Release { notify }, &name, &value, millis, delivery);
         all(&nodes, request, timeout, false).await
     }
 }

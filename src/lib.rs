@@ -15,6 +15,7 @@ mod redlock;
 mod scripts;
 mod settings;
 mod value;
+mod wake;
 
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;

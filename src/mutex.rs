@@ -264,6 +264,55 @@ impl Mutex {
         self.with_settings(|s| s.fencing = fencing)
     }
 
+    /// Wakes waiting [`lock`](Mutex::lock) calls when the lock is released, instead of leaving
+    /// them to their retry delay. Default false. Set it on every `Mutex` of the name, holders and
+    /// waiters alike.
+    ///
+    /// A release of this mutex (unlock, drop, the cleanup of a failed attempt) then also publishes
+    /// a notice on each node where it deleted the key, in the same script. A `lock()` that has to
+    /// wait listens on one shared pub/sub connection per node, opened by the [`Redlock`] when first
+    /// needed and subscribed per name only while someone waits on it (and a few seconds after). It
+    /// retries as soon as a quorum of nodes reported a release since its last attempt began. Within
+    /// one `Redlock`, one waiter per release is woken, first come first served, so a release does
+    /// not set off every waiter at once; the others keep waiting for the next release. The retry
+    /// delay stays as the fallback: a lost notice (a listener reconnecting, a node down) costs at
+    /// most one delay. Needs a `Redlock` made by [`Redlock::connect`]; with connections the caller
+    /// built ([`Redlock::new`]) there is nothing to open listeners with, and waiters poll.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::Redlock;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let redlock = Redlock::connect(cluster.urls()).await?;
+    /// // A long retry delay: only the release notice can wake the waiter early.
+    /// let mutex = redlock
+    ///     .new_mutex("printer")
+    ///     .with_wake_on_release(true)
+    ///     .with_retry_delay(Duration::from_secs(60));
+    /// let held = mutex.lock().await?;
+    /// let waiter = tokio::spawn({
+    ///     let mutex = mutex.clone();
+    ///     async move { mutex.lock().await }
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(200)).await; // the waiter is waiting now
+    /// let released = Instant::now();
+    /// held.unlock().await?;
+    /// let next = waiter.await??;
+    /// assert!(released.elapsed() < Duration::from_secs(30));
+    /// next.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_wake_on_release(self, wake: bool) -> Self {
+        self.with_settings(|s| s.wake_on_release = wake)
+    }
+
     /// Sends to the nodes in a random order on each operation. Default false. With concurrent
     /// fan-out this rarely matters; it spreads who-asked-first when many clients race.
     ///

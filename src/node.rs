@@ -8,7 +8,7 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
 use crate::error::NodeErrorKind;
-use crate::scripts::{ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE};
+use crate::scripts::{ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
 ///
@@ -83,7 +83,7 @@ impl NodeConnection {
 
     /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
     pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
-        for script in [RELEASE, EXTEND, ACQUIRE_FENCED, RAISE] {
+        for script in [RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE] {
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
                 .await?;
         }
@@ -115,8 +115,8 @@ pub(crate) enum Op {
     Acquire,
     /// Compare-and-PEXPIRE.
     Extend,
-    /// Compare-and-DEL.
-    Release,
+    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `wake`).
+    Release { notify: bool },
     /// SET NX PX that also reads the fencing counter.
     AcquireFenced,
     /// Raise the fencing counter to a token where our value holds the lock.
@@ -177,10 +177,17 @@ impl Request {
                 script_cmd("EVALSHA", &DIGESTS.extend, name, value, Some(millis))
             }
             (Op::Extend, Delivery::Inline) => script_cmd("EVAL", EXTEND, name, value, Some(millis)),
-            (Op::Release, Delivery::ByDigest) => {
-                script_cmd("EVALSHA", &DIGESTS.release, name, value, None)
+            (Op::Release { notify }, Delivery::ByDigest) => {
+                let digest = if notify {
+                    &DIGESTS.release_notify
+                } else {
+                    &DIGESTS.release
+                };
+                script_cmd("EVALSHA", digest, name, value, None)
             }
-            (Op::Release, Delivery::Inline) => script_cmd("EVAL", RELEASE, name, value, None),
+            (Op::Release { notify }, Delivery::Inline) => {
+                script_cmd("EVAL", release_script(notify), name, value, None)
+            }
             (Op::AcquireFenced, _) => {
                 fenced_cmd("EVALSHA", &DIGESTS.acquire_fenced, name, value, millis)
             }
@@ -207,7 +214,7 @@ impl Request {
         match self.op {
             Op::Acquire | Op::AcquireFenced => "acquire",
             Op::Extend => "extend",
-            Op::Release => "release",
+            Op::Release { .. } => "release",
             Op::Raise(_) => "raise",
         }
     }
@@ -223,7 +230,13 @@ impl Request {
                 &self.value,
                 Some(self.millis),
             )),
-            Op::Release => Some(script_cmd("EVAL", RELEASE, &self.name, &self.value, None)),
+            Op::Release { notify } => Some(script_cmd(
+                "EVAL",
+                release_script(notify),
+                &self.name,
+                &self.value,
+                None,
+            )),
             Op::AcquireFenced => Some(fenced_cmd(
                 "EVAL",
                 ACQUIRE_FENCED,
@@ -251,7 +264,7 @@ impl Request {
     /// An EVAL queued behind it on the same connection releases the key either way (and finds
     /// nothing to do if the first one did). Bounded by the expiry, after which the key is gone.
     pub(crate) fn follow_up(&self, mut connection: NodeConnection) {
-        if self.op != Op::Release || self.delivery != Delivery::ByDigest {
+        if !matches!(self.op, Op::Release { .. }) || self.delivery != Delivery::ByDigest {
             return;
         }
         let (Some(eval), Ok(runtime)) = (self.eval_cmd(), tokio::runtime::Handle::try_current())
@@ -272,12 +285,20 @@ impl Request {
             (Op::Acquire, Value::Nil) => Err(NodeErrorKind::Taken),
             (Op::AcquireFenced, Value::Int(-1)) => Err(NodeErrorKind::Taken),
             (Op::AcquireFenced, Value::Int(counter)) if counter >= 0 => Ok(counter.unsigned_abs()),
-            (Op::Extend | Op::Release | Op::Raise(_), Value::Int(1)) => Ok(0),
-            (Op::Extend | Op::Release | Op::Raise(_), Value::Int(0)) => Err(NodeErrorKind::Missing),
-            (Op::Extend | Op::Release | Op::Raise(_), Value::Int(-1)) => Err(NodeErrorKind::Taken),
+            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(1)) => Ok(0),
+            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(0)) => {
+                Err(NodeErrorKind::Missing)
+            }
+            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(-1)) => {
+                Err(NodeErrorKind::Taken)
+            }
             (_, other) => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
         }
     }
+}
+
+fn release_script(notify: bool) -> &'static str {
+    if notify { RELEASE_NOTIFY } else { RELEASE }
 }
 
 fn script_cmd(verb: &str, script: &str, name: &str, value: &str, millis: Option<u64>) -> Cmd {
@@ -346,7 +367,7 @@ mod tests {
             acquire.interpret(Value::Nil),
             Err(NodeErrorKind::Taken)
         ));
-        for op in [Op::Extend, Op::Release] {
+        for op in [Op::Extend, Op::Release { notify: false }] {
             let r = request(op);
             assert!(r.interpret(Value::Int(1)).is_ok());
             assert!(matches!(

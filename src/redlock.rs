@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::mutex::Mutex;
 use crate::node::{Node, NodeConnection};
 use crate::redact::redact_url;
+use crate::wake::{Hub, Listeners};
 
 /// How long the background connection warm-up waits for a node.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,6 +43,8 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Redlock {
     nodes: Arc<[Node]>,
+    /// Release notice listeners, for mutexes with wake-up on release.
+    listeners: Arc<Listeners>,
 }
 
 impl Redlock {
@@ -81,6 +84,7 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let mut nodes = Vec::new();
+        let mut clients = Vec::new();
         for (index, url) in urls.into_iter().enumerate() {
             let url = url.as_ref();
             let address = redact_url(url);
@@ -98,6 +102,7 @@ impl Redlock {
                 // Fail a call at once when the node refuses connections, and try again on the next
                 // call, rather than hold calls in a backoff loop while the node may be back.
                 .set_number_of_retries(0);
+            clients.push(client.clone());
             let manager =
                 ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {
                     Error::config(format!("urls[{index}]"), format!("{address}: {error}"))
@@ -107,7 +112,7 @@ impl Redlock {
                 address: Some(address),
             });
         }
-        let redlock = Redlock::from_nodes(nodes)?;
+        let redlock = Redlock::from_nodes(nodes, clients)?;
         redlock.warm_up();
         Ok(redlock)
     }
@@ -158,17 +163,19 @@ impl Redlock {
                 address: None,
             })
             .collect();
-        let redlock = Redlock::from_nodes(nodes)?;
+        // No clients to open listeners with: mutexes with wake-up on release poll instead.
+        let redlock = Redlock::from_nodes(nodes, Vec::new())?;
         redlock.warm_up();
         Ok(redlock)
     }
 
-    fn from_nodes(nodes: Vec<Node>) -> Result<Redlock, Error> {
+    fn from_nodes(nodes: Vec<Node>, clients: Vec<redis::Client>) -> Result<Redlock, Error> {
         if nodes.is_empty() {
             return Err(Error::config("nodes", "at least one node is required"));
         }
         Ok(Redlock {
             nodes: nodes.into(),
+            listeners: Arc::new(Listeners::new(clients)),
         })
     }
 
@@ -251,6 +258,11 @@ impl Redlock {
 
     pub(crate) fn nodes(&self) -> &Arc<[Node]> {
         &self.nodes
+    }
+
+    /// The release notice hub, started on first use; `None` for caller-built connections.
+    pub(crate) fn hub(&self) -> Option<&Arc<Hub>> {
+        self.listeners.hub()
     }
 }
 

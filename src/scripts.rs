@@ -17,6 +17,26 @@ end
 return -1
 "#;
 
+/// The pub/sub channel of a name's release notices is this prefix followed by the name. The
+/// script below spells it out too; a unit test keeps the two equal.
+pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
+
+/// Compare-and-delete that also publishes a release notice when it deletes, for mutexes with
+/// wake-up on release: `KEYS[1]` = name, `ARGV[1]` = value. Publishing in the same script costs no
+/// extra round trip, and a notice is sent exactly when the key went away. The message is the
+/// released value, which tells one release from the next (see `wake`); it reveals nothing new, as
+/// any client of the node could read it with GET while the lock was held.
+pub(crate) const RELEASE_NOTIFY: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+if current == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+  return 1
+end
+return -1
+"#;
+
 /// Compare-and-PEXPIRE: `KEYS[1]` = name, `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds.
 pub(crate) const EXTEND: &str = r#"
 local current = redis.call('GET', KEYS[1])
@@ -56,6 +76,7 @@ return 1
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
 pub(crate) struct Digests {
     pub release: String,
+    pub release_notify: String,
     pub extend: String,
     pub acquire_fenced: String,
     pub raise: String,
@@ -63,6 +84,7 @@ pub(crate) struct Digests {
 
 pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
     release: redis::Script::new(RELEASE).get_hash().to_owned(),
+    release_notify: redis::Script::new(RELEASE_NOTIFY).get_hash().to_owned(),
     extend: redis::Script::new(EXTEND).get_hash().to_owned(),
     acquire_fenced: redis::Script::new(ACQUIRE_FENCED).get_hash().to_owned(),
     raise: redis::Script::new(RAISE).get_hash().to_owned(),
@@ -76,6 +98,7 @@ mod tests {
     fn digests_are_sha1_hex() {
         for digest in [
             &DIGESTS.release,
+            &DIGESTS.release_notify,
             &DIGESTS.extend,
             &DIGESTS.acquire_fenced,
             &DIGESTS.raise,
@@ -84,5 +107,10 @@ mod tests {
             assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
         }
         assert_ne!(DIGESTS.release, DIGESTS.extend);
+    }
+
+    #[test]
+    fn notices_go_to_the_channel_listeners_subscribe_to() {
+        assert!(RELEASE_NOTIFY.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[1]")));
     }
 }

@@ -33,6 +33,7 @@ pub(crate) struct Settings {
     pub fail_fast: bool,
     pub shuffle_nodes: bool,
     pub fencing: bool,
+    pub wake_on_release: bool,
     pub value_fn: Option<ValueFn>,
 }
 
@@ -47,6 +48,7 @@ impl Default for Settings {
             fail_fast: false,
             shuffle_nodes: false,
             fencing: false,
+            wake_on_release: false,
             value_fn: None,
         }
     }
@@ -63,6 +65,7 @@ impl fmt::Debug for Settings {
             .field("fail_fast", &self.fail_fast)
             .field("shuffle_nodes", &self.shuffle_nodes)
             .field("fencing", &self.fencing)
+            .field("wake_on_release", &self.wake_on_release)
             .field("value_fn", &self.value_fn.as_ref().map(|_| "fn"))
             .finish()
     }
@@ -83,6 +86,7 @@ pub(crate) struct Plan {
     pub fail_fast: bool,
     pub shuffle_nodes: bool,
     pub fencing: bool,
+    pub wake_on_release: bool,
 }
 
 impl Plan {
@@ -132,6 +136,7 @@ impl Settings {
             fail_fast: self.fail_fast,
             shuffle_nodes: self.shuffle_nodes,
             fencing: self.fencing,
+            wake_on_release: self.wake_on_release,
         })
     }
 

@@ -73,6 +73,34 @@ async fn operations_are_traced_without_secrets() {
     lock.extend().await.expect("extend");
     lock.unlock().await.expect("unlock");
 
+    // Wake-up on release: the listeners log in with the same password, and never show it.
+    let waking = mutex
+        .clone()
+        .with_wake_on_release(true)
+        .with_retry_delay(Duration::from_secs(60))
+        .with_tries(3);
+    let held = waking.lock().await.expect("free lock");
+    let waiter = tokio::spawn({
+        let waking = waking.clone();
+        async move { waking.lock().await }
+    });
+    let listening = || capture.text().matches("release listener connected").count() == 3;
+    let connected = async {
+        while !listening() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), connected)
+        .await
+        .expect("the listeners log in with the URL's password");
+    held.unlock().await.expect("unlock");
+    let woken = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release, long before the retry delay")
+        .expect("task")
+        .expect("the waiter gets the lock");
+    woken.unlock().await.expect("unlock");
+
     let text = capture.text();
     for expected in [
         "redmutex.lock",
@@ -85,6 +113,8 @@ async fn operations_are_traced_without_secrets() {
         "latency_us",
         "extended",
         "unlocked",
+        "release listener connected",
+        "woken by a release",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }

@@ -374,6 +374,29 @@ impl Node {
         self.query("DBSIZE", &redis::cmd("DBSIZE"))
     }
 
+    /// How many times clients called `command` (lower case, e.g. `"set"`) since the node started,
+    /// from `INFO commandstats`; 0 if never. Commands that scripts run count under their own
+    /// names too.
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats: String = self.query("INFO commandstats", redis::cmd("INFO").arg("commandstats"));
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// `PUBSUB NUMSUB channel`: how many connections are subscribed to `channel`.
+    pub fn subscribers(&self, channel: &str) -> i64 {
+        let reply: (String, i64) = self.query(
+            &format!("PUBSUB NUMSUB {channel}"),
+            redis::cmd("PUBSUB").arg("NUMSUB").arg(channel),
+        );
+        reply.1
+    }
+
     /// Runs one command on a new connection, panicking with `what` and the error on failure.
     fn query<T: redis::FromRedisValue>(&self, what: &str, cmd: &redis::Cmd) -> T {
         let mut con = self.connection();
