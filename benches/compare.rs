@@ -27,6 +27,11 @@
 //! rows whose "runtime workload contender" contains every comma-separated word, e.g.
 //! `BENCH_ONLY=current,uncontended-32`; ratios need the floor rows to match too).
 //!
+//! Then the hand-off rows of wake-up on release (`benches/support/handoff.rs`): 8 tasks on one name
+//! with default settings, polling or woken by release notices, in one client or in 8
+//! (`BENCH_HANDOFF_SECS` measured seconds per row, default 5; `BENCH_ONLY=handoff` runs only
+//! these).
+//!
 //! Prints a table, then one JSON line per row, also appended to `target/bench-compare.jsonl`.
 
 use std::future::Future;
@@ -45,6 +50,9 @@ use redmutex::{Lock, Redlock};
 
 #[path = "support/harness.rs"]
 mod harness;
+
+#[path = "support/handoff.rs"]
+mod handoff;
 
 use harness::{Contender, EXPIRY, Flavor, Json, NODES, Row, TRIES, Timing, Workload};
 
@@ -118,6 +126,8 @@ impl Who {
 struct Config {
     timing: Timing,
     memory_locks: usize,
+    /// The measured window of each hand-off row (`BENCH_HANDOFF_SECS`).
+    handoff: Duration,
     /// Words every row label must contain (`BENCH_ONLY`); empty runs every row.
     only: Vec<String>,
 }
@@ -142,6 +152,7 @@ impl Config {
                 retry_delay: Duration::from_secs_f64(number("BENCH_RETRY_MS", 2.0)? / 1000.0),
             },
             memory_locks: number("BENCH_MEMORY_LOCKS", 100_000.0)? as usize,
+            handoff: Duration::from_secs_f64(number("BENCH_HANDOFF_SECS", 5.0)?.max(0.1)),
             only: std::env::var("BENCH_ONLY")
                 .unwrap_or_default()
                 .split(',')
@@ -218,6 +229,24 @@ fn main() -> ExitCode {
             }
         }
     }
+    let mut handoffs = Vec::new();
+    for (i, &setup) in handoff::ROWS.iter().enumerate() {
+        let label = handoff::label(setup.0, setup.1);
+        if !config.only.iter().all(|word| label.contains(word.as_str())) {
+            continue;
+        }
+        eprintln!("compare: {label}");
+        let name = format!("bench:{run}:handoff{i}");
+        let warmup = config.timing.warmup;
+        handoffs.push(handoff::run(
+            &cluster,
+            &urls,
+            setup,
+            warmup,
+            config.handoff,
+            name,
+        ));
+    }
     add_ratios(&mut rows);
     rows.sort_by_key(|(who, seq, row)| {
         (
@@ -230,7 +259,12 @@ fn main() -> ExitCode {
 
     print_table(&rows, &memory, &config, &redis_version(&cluster));
 
+    if !handoffs.is_empty() {
+        handoff::print_table(&handoffs);
+    }
+
     let mut lines = vec![memory.to_json(run)];
+    lines.extend(handoffs.iter().map(|row| row.to_json(run)));
     for (_, seq, row) in &rows {
         lines.push(row.to_json(&[
             ("run", Json::Num(run as f64)),

@@ -37,6 +37,20 @@ pub(crate) async fn acquire(
     };
     // With wake-up on release: this call's place in line, from its first failed attempt on.
     let mut watch: Option<Watch> = None;
+    // Whether the wait before this attempt ended with a wake-up.
+    let mut woken = false;
+    if plan.wake_on_release
+        && tries > 1
+        && let Some(hub) = mutex.redlock().hub()
+        && hub.has_waiters(mutex.name_arc())
+    {
+        // Others of this client already wait for the name: the lock is held, or is being handed
+        // to one of them. Queue behind them rather than send an attempt bound to fail, and
+        // rather than barge ahead of them. No try is spent; the retry delay still bounds the wait.
+        let (joined, _) = hub.watch(mutex.name_arc(), Instant::now());
+        woken = wait_in_line(&joined, plan.retry_delay_after(1), 0).await;
+        watch = Some(joined);
+    }
     let mut attempt = 1;
     loop {
         let started = Instant::now();
@@ -44,6 +58,9 @@ pub(crate) async fn acquire(
             watch.rearm(started);
         }
         let outcome = attempt_once(mutex, plan, &guard.value).await;
+        if let (Some(watch), true) = (&watch, woken) {
+            watch.woken_attempt(outcome.is_ok());
+        }
         match &outcome {
             Ok(lock) => tracing::debug!(
                 attempt,
@@ -90,26 +107,22 @@ pub(crate) async fn acquire(
         }
         let pause = async {
             match &watch {
-                _ if retry_now => {}
-                Some(watch) => {
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = watch.woken() => tracing::trace!(attempt, "woken by a release"),
-                    }
+                _ if retry_now => false,
+                Some(watch) => wait_in_line(watch, delay, attempt).await,
+                None => {
+                    tokio::time::sleep(delay).await;
+                    false
                 }
-                None => tokio::time::sleep(delay).await,
             }
         };
         // The next attempt reuses the value, so this attempt's release must be done before it
         // starts, or it could delete the next attempt's keys.
-        let confirmed = match cleanup {
-            Cleanup::Done { confirmed } => {
-                pause.await;
-                confirmed
-            }
+        let confirmed;
+        (woken, confirmed) = match cleanup {
+            Cleanup::Done { confirmed } => (pause.await, confirmed),
             Cleanup::Background(task) => {
-                let (_, confirmed) = futures::join!(pause, task);
-                confirmed.unwrap_or(false)
+                let (woken, confirmed) = futures::join!(pause, task);
+                (woken, confirmed.unwrap_or(false))
             }
         };
         if !confirmed {
@@ -120,6 +133,23 @@ pub(crate) async fn acquire(
             guard.value = mutex.new_value()?;
         }
         attempt += 1;
+    }
+}
+
+/// Waits for a wake-up by release notices, or `delay` at most; `true` if woken. A woken waiter
+/// then pauses for its name's current spread (see `wake`).
+async fn wait_in_line(watch: &Watch, delay: Duration, attempt: u32) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(delay) => false,
+        () = watch.woken() => {
+            let pause = watch.pause();
+            tracing::trace!(attempt, ?pause, "woken by a release");
+            if !pause.is_zero() {
+                // Even a zero sleep waits for the timer's next tick (1 ms).
+                tokio::time::sleep(pause).await;
+            }
+            true
+        }
     }
 }
 
@@ -155,6 +185,8 @@ async fn attempt_once(
     let token = tally.max_counter.saturating_add(1);
     // Filled only for fenced requests (see `Tally::track_nodes`).
     let counted = std::mem::take(&mut tally.ours_nodes);
+    // Every node answered that another owner holds the name: the attempt set nothing anywhere.
+    let set_nothing = tally.foreign.len() == nodes.len();
     let verdict = match tally.judge_acquire(left) {
         Ok(_) if plan.fencing => raise(mutex, plan, value, start, token, &counted).await,
         other => other.map(|left| (left, None)),
@@ -168,6 +200,8 @@ async fn attempt_once(
             in_flight,
             token,
         )),
+        // The common failure under contention: no release to send.
+        Err(error) if set_nothing => Err((error, Cleanup::Done { confirmed: true })),
         Err(error) => {
             let release = fanout::release(
                 Arc::clone(nodes),

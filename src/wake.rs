@@ -34,6 +34,10 @@ const LISTENER_TIMEOUT: Duration = Duration::from_secs(2);
 /// within a round trip; by then few releases can have followed.
 const SPENT: usize = 8;
 
+/// Bounds of the spread of woken waiters' retries (see `Entry::spread`).
+const SPREAD_MIN: Duration = Duration::from_micros(250);
+const SPREAD_MAX: Duration = Duration::from_millis(4);
+
 /// Pause before reconnecting a lost listener, doubled after each failed try up to the maximum.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
@@ -122,6 +126,12 @@ struct Entry {
     waiters: Vec<Waiter>,
     /// Since when nobody waits (while `waiters` is empty).
     idle_since: Option<Instant>,
+    /// A woken waiter retries after a random pause below this. Every client wakes one waiter per
+    /// release, so with many clients several woken waiters race for the lock, split the nodes'
+    /// votes, and all fail. Like Ethernet's backoff, the spread doubles when a woken waiter lost
+    /// and halves when one won: zero (no added latency) while this client's woken waiters win,
+    /// wider while they collide with other clients'.
+    spread: Duration,
 }
 
 struct Heard {
@@ -146,6 +156,7 @@ impl Entry {
             spent: VecDeque::new(),
             waiters: Vec::new(),
             idle_since: None,
+            spread: Duration::ZERO,
         }
     }
 
@@ -259,6 +270,14 @@ impl Hub {
             done: false,
         };
         (watch, subscribing)
+    }
+
+    /// Whether some `lock()` call of this client waits in line for `name`.
+    pub(crate) fn has_waiters(&self, name: &str) -> bool {
+        self.state()
+            .names
+            .get(name)
+            .is_some_and(|entry| !entry.waiters.is_empty())
     }
 
     /// A node reported the release of `release` (the value) on `name`.
@@ -380,6 +399,28 @@ impl Watch {
             .is_some_and(|waiter| waiter.woken)
     }
 
+    /// A random pause for a woken waiter before its attempt, below the name's current spread.
+    pub(crate) fn pause(&self) -> Duration {
+        let spread = self
+            .hub
+            .state()
+            .names
+            .get(&*self.name)
+            .map_or(Duration::ZERO, |entry| entry.spread);
+        if spread.is_zero() {
+            return Duration::ZERO;
+        }
+        spread.mul_f64(rand::random::<f64>())
+    }
+
+    /// Reports how the attempt after a wake-up went: `won` widens or narrows the spread.
+    pub(crate) fn woken_attempt(&self, won: bool) {
+        let mut state = self.hub.state();
+        if let Some(entry) = state.names.get_mut(&*self.name) {
+            entry.spread = next_spread(entry.spread, won);
+        }
+    }
+
     /// Leaves the line for good: the `lock()` call returned.
     pub(crate) fn done(mut self) {
         self.done = true;
@@ -403,6 +444,20 @@ impl Drop for Watch {
         if entry.waiters.is_empty() {
             entry.idle_since = Some(now);
         }
+    }
+}
+
+/// The spread after a woken waiter's attempt.
+fn next_spread(spread: Duration, won: bool) -> Duration {
+    if won {
+        let half = spread / 2;
+        if half < SPREAD_MIN {
+            Duration::ZERO
+        } else {
+            half
+        }
+    } else {
+        (spread * 2).clamp(SPREAD_MIN, SPREAD_MAX)
     }
 }
 
@@ -539,6 +594,23 @@ mod tests {
             hub.notice(node, "n", value.as_bytes(), at);
         }
         at
+    }
+
+    #[test]
+    fn the_spread_widens_on_collisions_and_closes_on_wins() {
+        let mut spread = Duration::ZERO;
+        spread = next_spread(spread, true);
+        assert_eq!(spread, Duration::ZERO, "no collisions, no pause");
+        let mut widths = Vec::new();
+        for _ in 0..6 {
+            spread = next_spread(spread, false);
+            widths.push(spread.as_micros());
+        }
+        assert_eq!(widths, [250, 500, 1000, 2000, 4000, 4000]);
+        for _ in 0..5 {
+            spread = next_spread(spread, true);
+        }
+        assert_eq!(spread, Duration::ZERO);
     }
 
     #[test]

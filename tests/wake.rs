@@ -83,8 +83,9 @@ async fn a_waiter_is_woken_by_the_release() {
     next.unlock().await.expect("unlock");
 }
 
-/// Four waiters in one client: each release costs exactly one more attempt (one SET per node),
-/// the waiters get the lock in the order they started waiting, and all of them share one
+/// Four waiters in one client: the first tries, subscribes the name and tries once more; the
+/// others queue behind it without trying. Each release then costs exactly one attempt (one SET
+/// per node), the waiters get the lock in the order they came, and all of them share one
 /// subscription per node.
 #[tokio::test]
 async fn each_release_wakes_one_waiter_in_line() {
@@ -95,15 +96,24 @@ async fn each_release_wakes_one_waiter_in_line() {
     let mut lock = mutex.lock().await.expect("free lock");
     let (sender, mut locks) = mpsc::unbounded_channel();
     let mut expected = sets(&cluster);
-    for id in 0..4 {
+    waiter(&mutex, 0, &sender);
+    // A failed attempt, and one more once subscribed: a release just before the subscription
+    // took effect would have gone unheard.
+    expected.iter_mut().for_each(|sets| *sets += 2);
+    eventually("the first waiter tried twice", || {
+        sets(&cluster) == expected
+    })
+    .await;
+    for id in 1..4 {
         waiter(&mutex, id, &sender);
-        // One failed attempt each; the first waiter subscribes the name and tries once more,
-        // since a release just before its subscription took effect would have gone unheard.
-        let attempts = if id == 0 { 2 } else { 1 };
-        expected.iter_mut().for_each(|sets| *sets += attempts);
-        let what = format!("waiter {id} tried and waits");
-        eventually(&what, || sets(&cluster) == expected).await;
+        // Queued at once, with no attempt: give the task a moment to get in line.
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert_eq!(
+        sets(&cluster),
+        expected,
+        "later waiters queue without trying"
+    );
     subscribed(&cluster, name, 1).await;
     for id in 0..4 {
         lock.unlock().await.expect("unlock");
@@ -229,4 +239,38 @@ async fn contending_tasks_hand_the_lock_on_by_wake_ups() {
         result.expect("task");
     }
     assert_eq!(counter.load(Ordering::SeqCst), 160);
+}
+
+/// Four clients with two tasks each: every client wakes one waiter per release, so woken waiters
+/// of different clients race; the counter stays exact and no release goes unheard (the retry
+/// delay of a minute never runs out).
+#[tokio::test]
+async fn waiters_of_several_clients_race_without_losing_wake_ups() {
+    let cluster = Cluster::start(5);
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let redlock = client(&cluster).await;
+        let mutex = waking(&redlock, "wake:clients");
+        for _ in 0..2 {
+            let (mutex, counter) = (mutex.clone(), Arc::clone(&counter));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..15 {
+                    let lock = mutex.lock().await.expect("lock");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    lock.unlock().await.expect("unlock");
+                }
+            }));
+        }
+    }
+    let all = futures::future::join_all(tasks);
+    let results = tokio::time::timeout(Duration::from_secs(50), all)
+        .await
+        .expect("every hand-off was a wake-up (the retry delay is a minute)");
+    for result in results {
+        result.expect("task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 120);
 }
