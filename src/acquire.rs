@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::fanout;
 use crate::lock::{Lock, deadline};
 use crate::mutex::Mutex;
-use crate::node::{Delivery, Op, Request};
+use crate::node::{self, Delivery, Op, Request};
 use crate::quorum::{Tally, validity, whole_millis};
 use crate::settings::Plan;
 use crate::wake::Watch;
@@ -48,7 +48,7 @@ pub(crate) async fn acquire(
         // to one of them. Queue behind them rather than send an attempt bound to fail, and
         // rather than barge ahead of them. No try is spent; the retry delay still bounds the wait.
         let (joined, _) = hub.watch(mutex.name_arc(), Instant::now());
-        woken = wait_in_line(&joined, plan.retry_delay_after(1), 0).await;
+        woken = wait_in_line(mutex, plan, &joined, plan.retry_delay_after(1)).await;
         watch = Some(joined);
     }
     let mut attempt = 1;
@@ -108,7 +108,7 @@ pub(crate) async fn acquire(
         let pause = async {
             match &watch {
                 _ if retry_now => false,
-                Some(watch) => wait_in_line(watch, delay, attempt).await,
+                Some(watch) => wait_in_line(mutex, plan, watch, delay).await,
                 None => {
                     tokio::time::sleep(delay).await;
                     false
@@ -136,19 +136,35 @@ pub(crate) async fn acquire(
     }
 }
 
-/// Waits for a wake-up by release notices, or `delay` at most; `true` if woken. A woken waiter
-/// then pauses for its name's current spread (see `wake`).
-async fn wait_in_line(watch: &Watch, delay: Duration, attempt: u32) -> bool {
-    tokio::select! {
-        () = tokio::time::sleep(delay) => false,
-        () = watch.woken() => {
-            let pause = watch.pause();
-            tracing::trace!(attempt, ?pause, "woken by a release");
-            if !pause.is_zero() {
-                // Even a zero sleep waits for the timer's next tick (1 ms).
-                tokio::time::sleep(pause).await;
+/// Waits for a wake-up by release notices, or `delay` at most; `true` if woken.
+///
+/// A woken waiter first pauses for its name's current spread (see `wake`). A pause means that
+/// woken waiters of several clients have been racing for the name: after it, one node is asked
+/// whether the name is still free (one command, where an attempt costs one per node), and if
+/// another client's waiter got there first, this one goes back to waiting.
+async fn wait_in_line(mutex: &Mutex, plan: &Plan, watch: &Watch, delay: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + delay;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => return false,
+            () = watch.woken() => {}
+        }
+        let woken_at = Instant::now();
+        let (pause, node) = watch.pause();
+        tracing::trace!(?pause, "woken by a release");
+        // Even a zero sleep waits for the timer's next tick (1 ms).
+        if pause.is_zero() {
+            return true;
+        }
+        tokio::time::sleep(pause).await;
+        let connection = mutex.redlock().nodes()[node].connection.clone();
+        match node::exists(connection, mutex.name(), plan.node_timeout).await {
+            Some(true) => {
+                tracing::trace!(node, "taken again before the attempt");
+                watch.wait_again(woken_at);
             }
-            true
+            // Free, or no answer: the attempt will tell.
+            _ => return true,
         }
     }
 }

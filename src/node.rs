@@ -339,6 +339,20 @@ fn describe(reply: &Value) -> String {
     text
 }
 
+/// Whether `name` exists on the node: `None` if the node did not say so within `timeout`.
+pub(crate) async fn exists(
+    mut connection: NodeConnection,
+    name: &str,
+    timeout: Duration,
+) -> Option<bool> {
+    let mut cmd = Cmd::with_capacity(2, 8 + name.len());
+    cmd.arg("EXISTS").arg(name);
+    match tokio::time::timeout(timeout, connection.send(&cmd)).await {
+        Ok(Ok(Value::Int(count))) => Some(count > 0),
+        _ => None,
+    }
+}
+
 /// Sends `request` to one node and reads the reply. Unbounded: the fan-out that starts the call
 /// races it against its deadline (see `fanout`).
 pub(crate) async fn call(

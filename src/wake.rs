@@ -124,6 +124,8 @@ struct Entry {
     spent: VecDeque<Arc<[u8]>>,
     /// In line order.
     waiters: Vec<Waiter>,
+    /// The node whose notice arrived last: it is up, and the released key is gone there.
+    last_node: usize,
     /// Since when nobody waits (while `waiters` is empty).
     idle_since: Option<Instant>,
     /// A woken waiter retries after a random pause below this. Every client wakes one waiter per
@@ -155,6 +157,7 @@ impl Entry {
             heard: (0..nodes).map(|_| None).collect(),
             spent: VecDeque::new(),
             waiters: Vec::new(),
+            last_node: 0,
             idle_since: None,
             spread: Duration::ZERO,
         }
@@ -171,6 +174,7 @@ impl Entry {
     /// Records a node's notice of the release of `value`; ignored if that release is spent.
     fn hear(&mut self, node: usize, release: &[u8], at: Instant) {
         if !self.spent.iter().any(|spent| **spent == *release) {
+            self.last_node = node;
             self.heard[node] = Some(Heard {
                 at,
                 release: Arc::from(release),
@@ -399,18 +403,31 @@ impl Watch {
             .is_some_and(|waiter| waiter.woken)
     }
 
-    /// A random pause for a woken waiter before its attempt, below the name's current spread.
-    pub(crate) fn pause(&self) -> Duration {
-        let spread = self
-            .hub
-            .state()
-            .names
-            .get(&*self.name)
-            .map_or(Duration::ZERO, |entry| entry.spread);
-        if spread.is_zero() {
-            return Duration::ZERO;
+    /// For a woken waiter before its attempt: a random pause below the name's current spread,
+    /// and the node that reported the release last (a good one to look at after the pause).
+    pub(crate) fn pause(&self) -> (Duration, usize) {
+        let state = self.hub.state();
+        let Some(entry) = state.names.get(&*self.name) else {
+            return (Duration::ZERO, 0);
+        };
+        if entry.spread.is_zero() {
+            return (Duration::ZERO, entry.last_node);
         }
-        spread.mul_f64(rand::random::<f64>())
+        (entry.spread.mul_f64(rand::random::<f64>()), entry.last_node)
+    }
+
+    /// A woken waiter found the lock taken again before its attempt: back to waiting, at its
+    /// place in line, for releases after `since`.
+    pub(crate) fn wait_again(&self, since: Instant) {
+        let mut state = self.hub.state();
+        let waiter = state
+            .names
+            .get_mut(&*self.name)
+            .and_then(|entry| entry.waiters.iter_mut().find(|w| w.id == self.id));
+        if let Some(waiter) = waiter {
+            waiter.woken = false;
+            waiter.since = since;
+        }
     }
 
     /// Reports how the attempt after a wake-up went: `won` widens or narrows the spread.
@@ -696,6 +713,22 @@ mod tests {
         first.rearm(at + Duration::from_micros(1));
         release(&hub, "b", &[0, 1], at + Duration::from_micros(2));
         assert!(second.is_woken() && !first.is_woken());
+    }
+
+    #[test]
+    fn a_waiter_that_found_the_lock_taken_keeps_its_place() {
+        let hub = hub(3);
+        let since = Instant::now();
+        let (first, _) = hub.watch(&name(), since);
+        let (second, _) = hub.watch(&name(), since);
+        let at = release(&hub, "a", &[0, 1], since);
+        assert!(first.is_woken());
+        assert_eq!(first.pause().1, 1, "the node heard from last");
+        // Another client got the lock during the pause: wait again, first in line still.
+        first.wait_again(at);
+        assert!(!first.is_woken());
+        release(&hub, "b", &[1, 2], at);
+        assert!(first.is_woken() && !second.is_woken());
     }
 
     #[test]

@@ -84,7 +84,12 @@ async fn operations_are_traced_without_secrets() {
         let waking = waking.clone();
         async move { waking.lock().await }
     });
-    let listening = || capture.text().matches("release listener connected").count() == 3;
+    // Connected, and the waiter's two attempts (before and after subscribing) failed: it waits.
+    let listening = || {
+        let text = capture.text();
+        text.matches("release listener connected").count() == 3
+            && text.matches("attempt failed").count() == 4
+    };
     let connected = async {
         while !listening() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -92,7 +97,7 @@ async fn operations_are_traced_without_secrets() {
     };
     tokio::time::timeout(Duration::from_secs(20), connected)
         .await
-        .expect("the listeners log in with the URL's password");
+        .expect("the listeners log in with the URL's password, and the waiter waits");
     held.unlock().await.expect("unlock");
     let woken = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await

@@ -53,6 +53,13 @@ async fn subscribed(cluster: &Cluster, name: &str, count: i64) {
     .await;
 }
 
+/// Waits until every node received `count` SETs: the holder's, and the first waiter's two
+/// attempts (before and after subscribing), after which it only waits.
+async fn tried(cluster: &Cluster, count: u64) {
+    let what = format!("{count} attempts on every node");
+    eventually(&what, || sets(cluster).iter().all(|&sets| sets == count)).await;
+}
+
 /// Starts a task that locks `mutex` and sends the lock, tagged with `id`.
 fn waiter(mutex: &Mutex, id: usize, locks: &mpsc::UnboundedSender<(usize, Lock)>) {
     let (mutex, locks) = (mutex.clone(), locks.clone());
@@ -78,6 +85,7 @@ async fn a_waiter_is_woken_by_the_release() {
     let (sender, mut locks) = mpsc::unbounded_channel();
     waiter(&mutex, 0, &sender);
     subscribed(&cluster, "wake:one", 1).await;
+    tried(&cluster, 3).await;
     held.unlock().await.expect("unlock");
     let (_, next) = next_holder(&mut locks).await;
     next.unlock().await.expect("unlock");
@@ -138,6 +146,7 @@ async fn the_listener_resubscribes_after_its_node_restarts() {
     let (sender, mut locks) = mpsc::unbounded_channel();
     waiter(&mutex, 0, &sender);
     subscribed(&cluster, name, 1).await;
+    tried(&cluster, 3).await;
     cluster.node(0).restart();
     subscribed(&cluster, name, 1).await;
     // Node 0 lost the key with the restart; the other two report the release, a quorum.
