@@ -102,9 +102,6 @@ async fn attempt_once(
     };
     let request = Request::new(op, mutex.name_arc(), value, plan.millis);
     let start = Instant::now();
-    // Fail-fast leaves the calls still in flight running: after success the key lands on more
-    // nodes (a bare quorum turns one node loss into two holders); after failure they are released
-    // with the rest.
     let (mut tally, in_flight) = if plan.fail_fast {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await
     } else {
@@ -115,7 +112,15 @@ async fn attempt_once(
     let token = tally.max_counter.saturating_add(1);
     // Filled only for fenced requests (see `Tally::track_nodes`).
     let counted = std::mem::take(&mut tally.ours_nodes);
-    let verdict = match tally.judge_acquire(left) {
+    let judged = tally.judge_acquire(left);
+    // Fail-fast leaves the calls still in flight running after success: the key lands on more
+    // nodes (a bare quorum turns one node loss into two holders). After failure they are dropped,
+    // which stops them (see `Stragglers`), and released with the rest.
+    let stragglers = match &judged {
+        Ok(_) => in_flight.map(fanout::InFlight::finish_in_background),
+        Err(_) => None,
+    };
+    let verdict = match judged {
         Ok(_) if plan.fencing => raise(mutex, plan, value, start, token, &counted).await,
         other => other.map(|left| (left, None)),
     };
@@ -125,16 +130,19 @@ async fn attempt_once(
             mutex.clone(),
             Arc::clone(value),
             deadline(start, left),
-            in_flight,
+            stragglers,
             token,
         )),
         Err(error) => {
+            // No call of this attempt may land after its release.
+            if let Some(stragglers) = stragglers {
+                stragglers.cancel();
+            }
             let release = fanout::release(
                 Arc::clone(nodes),
                 Arc::clone(mutex.name_arc()),
                 Arc::clone(value),
                 plan,
-                in_flight,
                 Delivery::Inline,
             );
             let confirmed = |tally: Tally| tally.unconfirmed() == 0;
@@ -215,7 +223,6 @@ impl Drop for CancelGuard<'_> {
                 Arc::clone(self.mutex.name_arc()),
                 Arc::clone(&self.value),
                 self.plan,
-                None,
             );
         }
     }

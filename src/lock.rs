@@ -5,7 +5,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::fanout::{self, Settle};
+use crate::fanout::{self, Stragglers};
 use crate::mutex::Mutex;
 use crate::node::{Delivery, Op, Request};
 use crate::quorum::{validity, whole_millis};
@@ -69,8 +69,8 @@ struct Held {
 struct State {
     valid_until: Instant,
     unlocked: bool,
-    /// Calls of this lock's value still in flight (fail-fast), awaited before unlock or extend.
-    settle: Option<Settle>,
+    /// Acquire calls of this lock's value still in flight (fail-fast), cancelled before a release.
+    stragglers: Option<Stragglers>,
 }
 
 impl Lock {
@@ -78,7 +78,7 @@ impl Lock {
         mutex: Mutex,
         value: Arc<str>,
         valid_until: Instant,
-        settle: Option<Settle>,
+        stragglers: Option<Stragglers>,
         token: Option<u64>,
     ) -> Self {
         Lock {
@@ -89,7 +89,7 @@ impl Lock {
                 state: std::sync::Mutex::new(State {
                     valid_until,
                     unlocked: false,
-                    settle,
+                    stragglers,
                 }),
             }),
         }
@@ -217,8 +217,9 @@ impl Lock {
     /// # }
     /// ```
     pub async fn extend(&self) -> Result<(), Error> {
+        // Acquire calls still in flight may land before or after this; either way their keys
+        // expire no earlier than the validity computed here assumes.
         let plan = self.prepare()?;
-        self.settled().await;
         let mutex = &self.held.mutex;
         let request = Request::new(Op::Extend, mutex.name_arc(), &self.held.value, plan.millis);
         let start = Instant::now();
@@ -255,8 +256,8 @@ impl Lock {
     /// Releases the lock on every node where the key still holds this lock's value
     /// (compare-and-delete). Nobody ever deletes a lock they do not hold.
     ///
-    /// Waits first for any acquire calls of this lock still in flight (fail-fast), so no key lands
-    /// after its release. After success, every clone's `extend` and `unlock` return
+    /// Acquire calls of this lock still in flight (fail-fast) are stopped first: none of them can
+    /// land after the release. After success, every clone's `extend` and `unlock` return
     /// [`Error::Unlocked`] without I/O.
     ///
     /// # Errors
@@ -289,20 +290,22 @@ impl Lock {
     /// ```
     pub async fn unlock(&self) -> Result<(), Error> {
         let plan = self.prepare()?;
-        let settle = {
+        let stragglers = {
             let mut state = self.state();
             // From here on some nodes may have let go: whatever the outcome, this handle no longer
             // proves ownership, so its validity ends now.
             state.valid_until = state.valid_until.min(Instant::now());
-            state.settle.clone()
+            state.stragglers.take()
         };
+        if let Some(stragglers) = stragglers {
+            stragglers.cancel();
+        }
         let mutex = &self.held.mutex;
         let tally = fanout::release(
             Arc::clone(mutex.redlock().nodes()),
             Arc::clone(mutex.name_arc()),
             Arc::clone(&self.held.value),
             plan,
-            settle,
             Delivery::ByDigest,
         )
         .await;
@@ -363,14 +366,6 @@ impl Lock {
         Ok(plan)
     }
 
-    /// Waits for acquire calls still in flight.
-    async fn settled(&self) {
-        let settle = self.state().settle.clone();
-        if let Some(settle) = settle {
-            settle.await;
-        }
-    }
-
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // The state is plain data updated in single assignments; a panic elsewhere cannot leave it
         // half-written, so a poisoned mutex is still consistent.
@@ -389,6 +384,9 @@ pub(crate) fn deadline(start: Instant, left: Duration) -> Instant {
 impl Drop for Held {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(stragglers) = state.stragglers.take() {
+            stragglers.cancel();
+        }
         if state.unlocked || check_value(&self.value).is_err() {
             return;
         }
@@ -400,7 +398,6 @@ impl Drop for Held {
             Arc::clone(self.mutex.name_arc()),
             Arc::clone(&self.value),
             plan,
-            state.settle.take(),
         );
     }
 }
