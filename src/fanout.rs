@@ -78,49 +78,61 @@ fn fan_out(nodes: &[Node], request: &Arc<Request>, shuffle: bool) -> Calls {
 /// the start counts as timed out (and a release by digest gets its follow-up, see
 /// `Request::follow_up`).
 pub(crate) async fn all(
-    nodes: &[Node],
+    nodes: &Arc<[Node]>,
     request: Request,
     timeout: Duration,
     shuffle: bool,
 ) -> Tally {
-    let (tally, _, _) = gather(nodes, request, timeout, shuffle, false).await;
+    let (tally, _) = gather(nodes, request, timeout, shuffle, None).await;
     tally
 }
 
 /// Like [`all`], but returns as soon as the verdict cannot change (see `Tally::decided`). Nodes
 /// still pending are marked as not awaited, and their calls are returned, still in flight.
 pub(crate) async fn until_decided(
-    nodes: &[Node],
+    nodes: &Arc<[Node]>,
     request: Request,
     timeout: Duration,
     shuffle: bool,
 ) -> (Tally, Option<InFlight>) {
-    let (tally, calls, deadline) = gather(nodes, request, timeout, shuffle, true).await;
-    let in_flight = (!calls.pending.is_empty()).then_some(InFlight { calls, deadline });
-    (tally, in_flight)
+    gather(nodes, request, timeout, shuffle, Some(Tally::decided)).await
 }
 
-/// Calls that outlived the verdict of their fan-out, and when their node timeout ends. Dropping
-/// them stops them: see [`Stragglers`] for what that means for requests already sent.
+/// Calls that outlived the verdict of their fan-out. Dropping them stops them: see [`Stragglers`]
+/// for what that means for requests already sent.
 pub(crate) struct InFlight {
     calls: Calls,
+    /// The end of their node timeout.
     deadline: Instant,
+    /// For the follow-ups of calls that time out.
+    request: Arc<Request>,
+    nodes: Arc<[Node]>,
 }
 
 impl InFlight {
-    /// Goes on with the calls in the background.
+    /// Goes on with the calls in a background task, until they answer or time out.
     pub(crate) fn finish_in_background(self) -> Stragglers {
-        Stragglers::start(self.calls, self.deadline)
+        Stragglers::start(self)
+    }
+
+    /// Drops the calls still pending at the deadline; a release by digest gets its follow-up.
+    fn time_out(self) {
+        for (node, call) in self.calls.pending {
+            drop(call);
+            self.request.follow_up(self.nodes[node].connection.clone());
+        }
     }
 }
 
+/// Sends `request` to every node and waits for the replies until they are all in, `timeout` has
+/// passed, or `decided` says the verdict is known; returns the calls still pending in that case.
 async fn gather(
-    nodes: &[Node],
+    nodes: &Arc<[Node]>,
     request: Request,
     timeout: Duration,
     shuffle: bool,
-    until_decided: bool,
-) -> (Tally, Calls, Instant) {
+    decided: Option<fn(&Tally) -> bool>,
+) -> (Tally, Option<InFlight>) {
     let request = Arc::new(request);
     let started = Instant::now();
     let deadline = started + timeout;
@@ -144,7 +156,7 @@ async fn gather(
         };
         match calls.poll_replies(cx, record) {
             Poll::Ready(()) => Poll::Ready(false),
-            Poll::Pending if until_decided && tally.decided() => Poll::Ready(false),
+            Poll::Pending if decided.is_some_and(|decided| decided(&tally)) => Poll::Ready(false),
             Poll::Pending => timer.as_mut().poll(cx).map(|()| true),
         }
     })
@@ -159,66 +171,79 @@ async fn gather(
         }
     }
     tally.close(calls.pending.iter().map(|(node, _)| *node));
-    (tally, calls, deadline)
+    let in_flight = (!calls.pending.is_empty()).then(|| InFlight {
+        calls,
+        deadline,
+        request,
+        nodes: Arc::clone(nodes),
+    });
+    (tally, in_flight)
 }
 
-/// Calls of an acquire that were still in flight when its verdict came (fail-fast), driven to
-/// their replies (or to the node timeout) by a small background task, so the key lands on as many
-/// nodes as possible.
+/// Calls that were still in flight when the verdict of their fan-out came (fail-fast), driven to
+/// their replies (or to the node timeout) by a small background task: an acquire's, so the key
+/// lands on as many nodes as possible, and a release's, so it does.
 ///
-/// Before anything releases the same value, [`cancel`](Stragglers::cancel) takes the calls away
-/// from that task and drops them. Nothing waits for them; the order is kept by the connections:
+/// Before the next operation on the same value (an acquire's release, or an extend or unlock after
+/// a failed unlock), [`cancel`](Stragglers::cancel) takes the calls away from that task and drops
+/// them. Nothing waits for them; the order is kept by the connections:
 ///
 /// - Each node has one connection (a `MultiplexedConnection`, or a `ConnectionManager` holding
 ///   one), which hands requests to a single writer task through a FIFO channel in the order they
 ///   were handed in, and Redis executes one connection's commands in the order received. A call
-///   hands its request in while it is being polled, and is never polled after `cancel`, so a SET
-///   handed in at all was handed in before the release, which is sent later, and runs before it.
+///   hands its request in while it is being polled (under the lock `cancel` takes), and is never
+///   polled after `cancel`; so a request handed in at all was handed in before the next
+///   operation's, and runs before it.
 /// - A dropped call whose request was not handed in yet (waiting for the connection to be made, or
 ///   for room in the channel) never sends it; one handed in but not yet written is skipped by the
 ///   writer (its reply has nobody to go to). Neither can land late.
-/// - `ConnectionManager` never re-sends a request on a new connection: it replaces the connection
-///   only after the old one failed, and a request caught in that failure ends with an error. The
-///   release then goes out on the new connection, exactly as after a SET that ended with an error
-///   while it was awaited.
+/// - `ConnectionManager` (redis 1.8) never re-sends a request on a new connection: it replaces the
+///   connection only after the old one failed, and a request caught in that failure ends with an
+///   error. The next operation then goes out on the new connection, exactly as after a call that
+///   ended with an error while it was awaited.
 ///
 /// The same holds for calls that time out: they are dropped while their requests may still be
 /// queued, and whatever follows on that connection comes after them.
 pub(crate) struct Stragglers {
-    calls: Arc<std::sync::Mutex<Option<Calls>>>,
+    in_flight: Arc<std::sync::Mutex<Option<InFlight>>>,
 }
 
 impl Stragglers {
-    fn start(calls: Calls, deadline: Instant) -> Stragglers {
-        let calls = Arc::new(std::sync::Mutex::new(Some(calls)));
-        let shared = Arc::clone(&calls);
+    fn start(in_flight: InFlight) -> Stragglers {
+        let deadline = in_flight.deadline;
+        let in_flight = Arc::new(std::sync::Mutex::new(Some(in_flight)));
+        let shared = Arc::clone(&in_flight);
         tokio::spawn(async move {
             let mut timer = pin!(sleep_until(deadline.into()));
             poll_fn(|cx| {
-                let mut calls = lock(&shared);
-                let Some(pending) = calls.as_mut() else {
+                let mut slot = lock(&shared);
+                let Some(pending) = slot.as_mut() else {
                     return Poll::Ready(()); // cancelled
                 };
-                let done = match pending.poll_replies(cx, |_, _| {}) {
-                    Poll::Ready(()) => true,
-                    Poll::Pending => timer.as_mut().poll(cx).is_ready(),
-                };
-                if done {
-                    *calls = None;
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
+                if pending.calls.poll_replies(cx, |_, _| {}).is_ready() {
+                    *slot = None;
+                    return Poll::Ready(());
+                }
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        if let Some(pending) = slot.take() {
+                            pending.time_out();
+                        }
+                        Poll::Ready(())
+                    }
+                    Poll::Pending => Poll::Pending,
                 }
             })
             .await;
         });
-        Stragglers { calls }
+        Stragglers { in_flight }
     }
 
-    /// Drops the calls still in flight: after this, none of them can hand in its request.
+    /// Drops the calls still in flight: after this, none of them can hand in its request. Merely
+    /// dropping `Stragglers` lets them finish.
     pub(crate) fn cancel(self) {
-        let calls = lock(&self.calls).take();
-        drop(calls);
+        let in_flight = lock(&self.in_flight).take();
+        drop(in_flight);
     }
 }
 
@@ -242,6 +267,20 @@ pub(crate) fn release(
         let request = Request::with_delivery(Op::Release, &name, &value, millis, delivery);
         all(&nodes, request, timeout, false).await
     }
+}
+
+/// Like [`release`] by digest, but returns as soon as the verdict cannot change (see
+/// `Tally::release_decided`). The calls still in flight finish in the background.
+pub(crate) async fn release_until_decided(
+    nodes: &Arc<[Node]>,
+    name: &Arc<str>,
+    value: &Arc<str>,
+    plan: &Plan,
+) -> (Tally, Option<Stragglers>) {
+    let request = Request::with_delivery(Op::Release, name, value, plan.millis, Delivery::ByDigest);
+    let decided = Some(Tally::release_decided as fn(&Tally) -> bool);
+    let (tally, in_flight) = gather(nodes, request, plan.node_timeout, false, decided).await;
+    (tally, in_flight.map(InFlight::finish_in_background))
 }
 
 /// Best-effort release in a background task: for handles dropped without `unlock()` and for

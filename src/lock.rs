@@ -69,7 +69,8 @@ struct Held {
 struct State {
     valid_until: Instant,
     unlocked: bool,
-    /// Acquire calls of this lock's value still in flight (fail-fast), cancelled before a release.
+    /// Calls of this lock's value still in flight (fail-fast): of the acquire, or of an unlock
+    /// that failed. Cancelled before the next extend or release.
     stragglers: Option<Stragglers>,
 }
 
@@ -217,9 +218,9 @@ impl Lock {
     /// # }
     /// ```
     pub async fn extend(&self) -> Result<(), Error> {
-        // Acquire calls still in flight may land before or after this; either way their keys
-        // expire no earlier than the validity computed here assumes.
         let plan = self.prepare()?;
+        // A release of a failed unlock must not land after this extend.
+        self.cancel_in_flight();
         let mutex = &self.held.mutex;
         let request = Request::new(Op::Extend, mutex.name_arc(), &self.held.value, plan.millis);
         let start = Instant::now();
@@ -265,7 +266,9 @@ impl Lock {
     /// [`Error::Taken`] (a quorum holds another owner's value: this lock had expired and was taken),
     /// [`Error::Expired`] (on a quorum the key is gone or foreign), [`Error::NoQuorum`],
     /// [`Error::Unlocked`] (no I/O), [`Error::Config`] (no I/O). Whatever the error, every node that
-    /// still held this lock's value and answered has released it.
+    /// still held this lock's value and answered has released it. With
+    /// [`with_fail_fast(true)`](Mutex::with_fail_fast), unlock returns once the outcome is decided,
+    /// and the nodes it did not wait for are released in the background.
     ///
     /// # Cancel safety
     ///
@@ -290,25 +293,23 @@ impl Lock {
     /// ```
     pub async fn unlock(&self) -> Result<(), Error> {
         let plan = self.prepare()?;
-        let stragglers = {
+        {
             let mut state = self.state();
             // From here on some nodes may have let go: whatever the outcome, this handle no longer
             // proves ownership, so its validity ends now.
             state.valid_until = state.valid_until.min(Instant::now());
-            state.stragglers.take()
-        };
-        if let Some(stragglers) = stragglers {
-            stragglers.cancel();
         }
+        // No SET of this lock may land after its release.
+        self.cancel_in_flight();
         let mutex = &self.held.mutex;
-        let tally = fanout::release(
-            Arc::clone(mutex.redlock().nodes()),
-            Arc::clone(mutex.name_arc()),
-            Arc::clone(&self.held.value),
-            plan,
-            Delivery::ByDigest,
-        )
-        .await;
+        let (nodes, name, value) = (mutex.redlock().nodes(), mutex.name_arc(), &self.held.value);
+        let (tally, in_flight) = if plan.fail_fast {
+            fanout::release_until_decided(nodes, name, value, plan).await
+        } else {
+            let (nodes, name, value) = (Arc::clone(nodes), Arc::clone(name), Arc::clone(value));
+            let tally = fanout::release(nodes, name, value, plan, Delivery::ByDigest).await;
+            (tally, None)
+        };
         let (ok, total) = (tally.ours, tally.total);
         let judged = tally.judge_release();
         match &judged {
@@ -320,7 +321,14 @@ impl Lock {
         if state.unlocked {
             return Err(Error::Unlocked);
         }
-        judged?;
+        if let Err(error) = judged {
+            // Not unlocked, so an extend or unlock may follow: the releases still in flight must
+            // not land after it. (After success nothing of this value is sent again.)
+            if let Some(previous) = std::mem::replace(&mut state.stragglers, in_flight) {
+                previous.cancel();
+            }
+            return Err(error);
+        }
         state.unlocked = true;
         Ok(())
     }
@@ -354,6 +362,15 @@ impl Lock {
 
     pub(crate) fn is_unlocked(&self) -> bool {
         self.state().unlocked
+    }
+
+    /// Stops the calls of this lock's value still in flight (fail-fast), so that none of them
+    /// lands after the operation that follows (see `fanout::Stragglers`).
+    fn cancel_in_flight(&self) {
+        let stragglers = self.state().stragglers.take();
+        if let Some(stragglers) = stragglers {
+            stragglers.cancel();
+        }
     }
 
     /// Checks everything that needs no I/O.
