@@ -182,7 +182,7 @@ async fn gather(
 
 /// Calls that were still in flight when the verdict of their fan-out came (fail-fast), driven to
 /// their replies (or to the node timeout) by a small background task: an acquire's, so the key
-/// lands on as many nodes as possible, and a release's, so it does.
+/// lands on as many nodes as possible, and an unlock's, so the key is released on as many.
 ///
 /// Before the next operation on the same value (an acquire's release, or an extend or unlock after
 /// a failed unlock), [`cancel`](Stragglers::cancel) takes the calls away from that task and drops
