@@ -188,9 +188,6 @@ async fn attempt_once(
     };
     let request = Request::new(op, mutex.name_arc(), value, plan.millis);
     let start = Instant::now();
-    // Fail-fast leaves the calls still in flight running: after success the key lands on more
-    // nodes (a bare quorum turns one node loss into two holders); after failure they are released
-    // with the rest.
     let (mut tally, in_flight) = if plan.fail_fast {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await
     } else {
@@ -203,7 +200,15 @@ async fn attempt_once(
     let counted = std::mem::take(&mut tally.ours_nodes);
     // Every node answered that another owner holds the name: the attempt set nothing anywhere.
     let set_nothing = tally.foreign.len() == nodes.len();
-    let verdict = match tally.judge_acquire(left) {
+    let judged = tally.judge_acquire(left);
+    // Fail-fast leaves the calls still in flight running after success: the key lands on more
+    // nodes (a bare quorum turns one node loss into two holders). After failure they are dropped,
+    // which stops them (see `Stragglers`), and released with the rest.
+    let stragglers = match &judged {
+        Ok(_) => in_flight.map(fanout::InFlight::finish_in_background),
+        Err(_) => None,
+    };
+    let verdict = match judged {
         Ok(_) if plan.fencing => raise(mutex, plan, value, start, token, &counted).await,
         other => other.map(|left| (left, None)),
     };
@@ -213,18 +218,21 @@ async fn attempt_once(
             mutex.clone(),
             Arc::clone(value),
             deadline(start, left),
-            in_flight,
+            stragglers,
             token,
         )),
         // The common failure under contention: no release to send.
         Err(error) if set_nothing => Err((error, Cleanup::Done { confirmed: true })),
         Err(error) => {
+            // No call of this attempt may land after its release.
+            if let Some(stragglers) = stragglers {
+                stragglers.cancel();
+            }
             let release = fanout::release(
                 Arc::clone(nodes),
                 Arc::clone(mutex.name_arc()),
                 Arc::clone(value),
                 plan,
-                in_flight,
                 Delivery::Inline,
             );
             let confirmed = |tally: Tally| tally.unconfirmed() == 0;
@@ -305,7 +313,6 @@ impl Drop for CancelGuard<'_> {
                 Arc::clone(self.mutex.name_arc()),
                 Arc::clone(&self.value),
                 self.plan,
-                None,
             );
         }
     }

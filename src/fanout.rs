@@ -1,12 +1,12 @@
 //! Sending one request to every node at once, all calls bounded by one deadline.
 
 use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
-use std::sync::Arc;
+use std::pin::pin;
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::future::BoxFuture;
 use rand::seq::SliceRandom;
 use tokio::time::sleep_until;
 
@@ -15,22 +15,21 @@ use crate::node::{Delivery, Node, Op, Request, call};
 use crate::quorum::Tally;
 use crate::settings::Plan;
 
-/// Resolves once node calls that outlived their operation (fail-fast) have finished.
-///
-/// Unlock and extend wait on it first, so no SET of the same value lands after them.
-pub(crate) type Settle = Shared<BoxFuture<'static, ()>>;
-
 /// One node's answer.
 type Reply = Result<u64, NodeErrorKind>;
 
+/// One node call. Boxed anyway (the redis crate's future is large); a `dyn` box lets calls that
+/// outlive their fan-out be kept by a lock without naming their type.
+type Call = BoxFuture<'static, Reply>;
+
 /// The calls of one request, one per node, polled together by whoever awaits them: no task and no
 /// waker per call, and one timer for all of them.
-struct Calls<F> {
+struct Calls {
     /// The calls that have not answered yet, with their node index.
-    pending: Vec<(usize, Pin<Box<F>>)>,
+    pending: Vec<(usize, Call)>,
 }
 
-impl<F: Future<Output = Reply>> Calls<F> {
+impl Calls {
     /// Polls every pending call once (there are as many as nodes, a handful), handing each reply
     /// to `reply`. Ready when every call has answered.
     fn poll_replies(
@@ -59,20 +58,14 @@ impl<F: Future<Output = Reply>> Calls<F> {
 
 /// Starts `request` on every node (issued on first poll, in node order or, with `shuffle`, in a
 /// random order; node indices in replies are unchanged).
-fn fan_out(
-    nodes: &[Node],
-    request: &Arc<Request>,
-    shuffle: bool,
-) -> Calls<impl Future<Output = Reply> + Send + 'static> {
-    let mut pending: Vec<_> = nodes
+fn fan_out(nodes: &[Node], request: &Arc<Request>, shuffle: bool) -> Calls {
+    let mut pending: Vec<(usize, Call)> = nodes
         .iter()
         .enumerate()
         .map(|(index, node)| {
             let (connection, request) = (node.connection.clone(), Arc::clone(request));
-            (
-                index,
-                Box::pin(async move { call(connection, &request).await }),
-            )
+            let call: Call = Box::pin(async move { call(connection, &request).await });
+            (index, call)
         })
         .collect();
     if shuffle {
@@ -85,34 +78,61 @@ fn fan_out(
 /// the start counts as timed out (and a release by digest gets its follow-up, see
 /// `Request::follow_up`).
 pub(crate) async fn all(
-    nodes: &[Node],
+    nodes: &Arc<[Node]>,
     request: Request,
     timeout: Duration,
     shuffle: bool,
 ) -> Tally {
-    let (tally, _) = gather(nodes, request, timeout, shuffle, false).await;
+    let (tally, _) = gather(nodes, request, timeout, shuffle, None).await;
     tally
 }
 
 /// Like [`all`], but returns as soon as the verdict cannot change (see `Tally::decided`). Nodes
-/// still pending are marked as not awaited; their calls go on in the background until they answer
-/// or the timeout passes, and the returned `Settle` resolves when they are done.
+/// still pending are marked as not awaited, and their calls are returned, still in flight.
 pub(crate) async fn until_decided(
-    nodes: &[Node],
+    nodes: &Arc<[Node]>,
     request: Request,
     timeout: Duration,
     shuffle: bool,
-) -> (Tally, Option<Settle>) {
-    gather(nodes, request, timeout, shuffle, true).await
+) -> (Tally, Option<InFlight>) {
+    gather(nodes, request, timeout, shuffle, Some(Tally::decided)).await
 }
 
+/// Calls that outlived the verdict of their fan-out. Dropping them stops them: see [`Stragglers`]
+/// for what that means for requests already sent.
+pub(crate) struct InFlight {
+    calls: Calls,
+    /// The end of their node timeout.
+    deadline: Instant,
+    /// For the follow-ups of calls that time out.
+    request: Arc<Request>,
+    nodes: Arc<[Node]>,
+}
+
+impl InFlight {
+    /// Goes on with the calls in a background task, until they answer or time out.
+    pub(crate) fn finish_in_background(self) -> Stragglers {
+        Stragglers::start(self)
+    }
+
+    /// Drops the calls still pending at the deadline; a release by digest gets its follow-up.
+    fn time_out(self) {
+        for (node, call) in self.calls.pending {
+            drop(call);
+            self.request.follow_up(self.nodes[node].connection.clone());
+        }
+    }
+}
+
+/// Sends `request` to every node and waits for the replies until they are all in, `timeout` has
+/// passed, or `decided` says the verdict is known; returns the calls still pending in that case.
 async fn gather(
-    nodes: &[Node],
+    nodes: &Arc<[Node]>,
     request: Request,
     timeout: Duration,
     shuffle: bool,
-    until_decided: bool,
-) -> (Tally, Option<Settle>) {
+    decided: Option<fn(&Tally) -> bool>,
+) -> (Tally, Option<InFlight>) {
     let request = Arc::new(request);
     let started = Instant::now();
     let deadline = started + timeout;
@@ -136,7 +156,7 @@ async fn gather(
         };
         match calls.poll_replies(cx, record) {
             Poll::Ready(()) => Poll::Ready(false),
-            Poll::Pending if until_decided && tally.decided() => Poll::Ready(false),
+            Poll::Pending if decided.is_some_and(|decided| decided(&tally)) => Poll::Ready(false),
             Poll::Pending => timer.as_mut().poll(cx).map(|()| true),
         }
     })
@@ -151,63 +171,130 @@ async fn gather(
         }
     }
     tally.close(calls.pending.iter().map(|(node, _)| *node));
-    let settle = (!calls.pending.is_empty()).then(|| settle_in_background(calls, deadline));
-    (tally, settle)
-}
-
-/// Drives calls nobody waits for any more to completion (or to `deadline`) in a background task.
-fn settle_in_background<F>(mut calls: Calls<F>, deadline: Instant) -> Settle
-where
-    F: Future<Output = Reply> + Send + 'static,
-{
-    let task = tokio::spawn(async move {
-        let mut timer = pin!(sleep_until(deadline.into()));
-        poll_fn(|cx| match calls.poll_replies(cx, |_, _| {}) {
-            Poll::Ready(()) => Poll::Ready(()),
-            Poll::Pending => timer.as_mut().poll(cx),
-        })
-        .await;
+    let in_flight = (!calls.pending.is_empty()).then(|| InFlight {
+        calls,
+        deadline,
+        request,
+        nodes: Arc::clone(nodes),
     });
-    async move {
-        // A panicked or cancelled task has nothing left in flight either way.
-        let _ = task.await;
-    }
-    .boxed()
-    .shared()
+    (tally, in_flight)
 }
 
-/// Releases `value` on every node, after `settle` (calls of the same value still in flight).
+/// Calls that were still in flight when the verdict of their fan-out came (fail-fast), driven to
+/// their replies (or to the node timeout) by a small background task: an acquire's, so the key
+/// lands on as many nodes as possible, and an unlock's, so the key is released on as many.
+///
+/// Before the next operation on the same value (an acquire's release, or an extend or unlock after
+/// a failed unlock), [`cancel`](Stragglers::cancel) takes the calls away from that task and drops
+/// them. Nothing waits for them; the order is kept by the connections:
+///
+/// - Each node has one connection (a `MultiplexedConnection`, or a `ConnectionManager` holding
+///   one), which hands requests to a single writer task through a FIFO channel in the order they
+///   were handed in, and Redis executes one connection's commands in the order received. A call
+///   hands its request in while it is being polled (under the lock `cancel` takes), and is never
+///   polled after `cancel`; so a request handed in at all was handed in before the next
+///   operation's, and runs before it.
+/// - A dropped call whose request was not handed in yet (waiting for the connection to be made, or
+///   for room in the channel) never sends it; one handed in but not yet written is skipped by the
+///   writer (its reply has nobody to go to). Neither can land late.
+/// - `ConnectionManager` (redis 1.8) never re-sends a request on a new connection: it replaces the
+///   connection only after the old one failed, and a request caught in that failure ends with an
+///   error. The next operation then goes out on the new connection, exactly as after a call that
+///   ended with an error while it was awaited.
+///
+/// The same holds for calls that time out: they are dropped while their requests may still be
+/// queued, and whatever follows on that connection comes after them.
+pub(crate) struct Stragglers {
+    in_flight: Arc<std::sync::Mutex<Option<InFlight>>>,
+}
+
+impl Stragglers {
+    fn start(in_flight: InFlight) -> Stragglers {
+        let deadline = in_flight.deadline;
+        let in_flight = Arc::new(std::sync::Mutex::new(Some(in_flight)));
+        let shared = Arc::clone(&in_flight);
+        tokio::spawn(async move {
+            let mut timer = pin!(sleep_until(deadline.into()));
+            poll_fn(|cx| {
+                let mut slot = lock(&shared);
+                let Some(pending) = slot.as_mut() else {
+                    return Poll::Ready(()); // cancelled
+                };
+                if pending.calls.poll_replies(cx, |_, _| {}).is_ready() {
+                    *slot = None;
+                    return Poll::Ready(());
+                }
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        if let Some(pending) = slot.take() {
+                            pending.time_out();
+                        }
+                        Poll::Ready(())
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await;
+        });
+        Stragglers { in_flight }
+    }
+
+    /// Drops the calls still in flight: after this, none of them can hand in its request. Merely
+    /// dropping `Stragglers` lets them finish.
+    pub(crate) fn cancel(self) {
+        let in_flight = lock(&self.in_flight).take();
+        drop(in_flight);
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Dropping or polling calls cannot leave the option half-written.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Releases `value` on every node.
 pub(crate) fn release(
     nodes: Arc<[Node]>,
     name: Arc<str>,
     value: Arc<str>,
     plan: &Plan,
-    settle: Option<Settle>,
     delivery: Delivery,
 ) -> impl Future<Output = Tally> + Send + 'static {
     // The expiry travels with the request: it bounds how long a follow-up to a stalled node may
     // wait (after the expiry the key is gone anyway).
     let (timeout, millis, notify) = (plan.node_timeout, plan.millis, plan.wake_on_release);
     async move {
-        if let Some(settle) = settle {
-            settle.await;
-        }
         let request =
             Request::with_delivery(Op::Release { notify }, &name, &value, millis, delivery);
         all(&nodes, request, timeout, false).await
     }
 }
 
+/// Like [`release`] by digest, but returns as soon as the verdict cannot change (see
+/// `Tally::release_decided`). The calls still in flight finish in the background.
+pub(crate) async fn release_until_decided(
+    nodes: &Arc<[Node]>,
+    name: &Arc<str>,
+    value: &Arc<str>,
+    plan: &Plan,
+) -> (Tally, Option<Stragglers>) {
+    let notify = plan.wake_on_release;
+    let request = Request::with_delivery(
+        Op::Release { notify },
+        name,
+        value,
+        plan.millis,
+        Delivery::ByDigest,
+    );
+    let decided = Some(Tally::release_decided as fn(&Tally) -> bool);
+    let (tally, in_flight) = gather(nodes, request, plan.node_timeout, false, decided).await;
+    (tally, in_flight.map(InFlight::finish_in_background))
+}
+
 /// Best-effort release in a background task: for handles dropped without `unlock()` and for
 /// cancelled acquisitions. Without a tokio runtime nothing is sent and the keys expire on their own.
-pub(crate) fn spawn_release(
-    nodes: Arc<[Node]>,
-    name: Arc<str>,
-    value: Arc<str>,
-    plan: &Plan,
-    settle: Option<Settle>,
-) {
+pub(crate) fn spawn_release(nodes: Arc<[Node]>, name: Arc<str>, value: Arc<str>, plan: &Plan) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(release(nodes, name, value, plan, settle, Delivery::Inline));
+        runtime.spawn(release(nodes, name, value, plan, Delivery::Inline));
     }
 }

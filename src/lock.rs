@@ -5,7 +5,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::fanout::{self, Settle};
+use crate::fanout::{self, Stragglers};
 use crate::mutex::Mutex;
 use crate::node::{Delivery, Op, Request};
 use crate::quorum::{validity, whole_millis};
@@ -69,8 +69,9 @@ struct Held {
 struct State {
     valid_until: Instant,
     unlocked: bool,
-    /// Calls of this lock's value still in flight (fail-fast), awaited before unlock or extend.
-    settle: Option<Settle>,
+    /// Calls of this lock's value still in flight (fail-fast): of the acquire, or of an unlock
+    /// that failed. Cancelled before the next extend or release.
+    stragglers: Option<Stragglers>,
 }
 
 impl Lock {
@@ -78,7 +79,7 @@ impl Lock {
         mutex: Mutex,
         value: Arc<str>,
         valid_until: Instant,
-        settle: Option<Settle>,
+        stragglers: Option<Stragglers>,
         token: Option<u64>,
     ) -> Self {
         Lock {
@@ -89,7 +90,7 @@ impl Lock {
                 state: std::sync::Mutex::new(State {
                     valid_until,
                     unlocked: false,
-                    settle,
+                    stragglers,
                 }),
             }),
         }
@@ -218,7 +219,8 @@ impl Lock {
     /// ```
     pub async fn extend(&self) -> Result<(), Error> {
         let plan = self.prepare()?;
-        self.settled().await;
+        // A release of a failed unlock must not land after this extend.
+        self.cancel_in_flight();
         let mutex = &self.held.mutex;
         let request = Request::new(Op::Extend, mutex.name_arc(), &self.held.value, plan.millis);
         let start = Instant::now();
@@ -255,8 +257,8 @@ impl Lock {
     /// Releases the lock on every node where the key still holds this lock's value
     /// (compare-and-delete). Nobody ever deletes a lock they do not hold.
     ///
-    /// Waits first for any acquire calls of this lock still in flight (fail-fast), so no key lands
-    /// after its release. After success, every clone's `extend` and `unlock` return
+    /// Acquire calls of this lock still in flight (fail-fast) are stopped first: none of them can
+    /// land after the release. After success, every clone's `extend` and `unlock` return
     /// [`Error::Unlocked`] without I/O.
     ///
     /// # Errors
@@ -264,7 +266,9 @@ impl Lock {
     /// [`Error::Taken`] (a quorum holds another owner's value: this lock had expired and was taken),
     /// [`Error::Expired`] (on a quorum the key is gone or foreign), [`Error::NoQuorum`],
     /// [`Error::Unlocked`] (no I/O), [`Error::Config`] (no I/O). Whatever the error, every node that
-    /// still held this lock's value and answered has released it.
+    /// still held this lock's value and answered has released it. With
+    /// [`with_fail_fast(true)`](Mutex::with_fail_fast), unlock returns once the outcome is decided,
+    /// and the nodes it did not wait for are released in the background.
     ///
     /// # Cancel safety
     ///
@@ -289,23 +293,23 @@ impl Lock {
     /// ```
     pub async fn unlock(&self) -> Result<(), Error> {
         let plan = self.prepare()?;
-        let settle = {
+        {
             let mut state = self.state();
             // From here on some nodes may have let go: whatever the outcome, this handle no longer
             // proves ownership, so its validity ends now.
             state.valid_until = state.valid_until.min(Instant::now());
-            state.settle.clone()
-        };
+        }
+        // No SET of this lock may land after its release.
+        self.cancel_in_flight();
         let mutex = &self.held.mutex;
-        let tally = fanout::release(
-            Arc::clone(mutex.redlock().nodes()),
-            Arc::clone(mutex.name_arc()),
-            Arc::clone(&self.held.value),
-            plan,
-            settle,
-            Delivery::ByDigest,
-        )
-        .await;
+        let (nodes, name, value) = (mutex.redlock().nodes(), mutex.name_arc(), &self.held.value);
+        let (tally, in_flight) = if plan.fail_fast {
+            fanout::release_until_decided(nodes, name, value, plan).await
+        } else {
+            let (nodes, name, value) = (Arc::clone(nodes), Arc::clone(name), Arc::clone(value));
+            let tally = fanout::release(nodes, name, value, plan, Delivery::ByDigest).await;
+            (tally, None)
+        };
         let (ok, total) = (tally.ours, tally.total);
         let judged = tally.judge_release();
         match &judged {
@@ -317,7 +321,14 @@ impl Lock {
         if state.unlocked {
             return Err(Error::Unlocked);
         }
-        judged?;
+        if let Err(error) = judged {
+            // Not unlocked, so an extend or unlock may follow: the releases still in flight must
+            // not land after it. (After success nothing of this value is sent again.)
+            if let Some(previous) = std::mem::replace(&mut state.stragglers, in_flight) {
+                previous.cancel();
+            }
+            return Err(error);
+        }
         state.unlocked = true;
         Ok(())
     }
@@ -353,6 +364,15 @@ impl Lock {
         self.state().unlocked
     }
 
+    /// Stops the calls of this lock's value still in flight (fail-fast), so that none of them
+    /// lands after the operation that follows (see `fanout::Stragglers`).
+    fn cancel_in_flight(&self) {
+        let stragglers = self.state().stragglers.take();
+        if let Some(stragglers) = stragglers {
+            stragglers.cancel();
+        }
+    }
+
     /// Checks everything that needs no I/O.
     fn prepare(&self) -> Result<&Plan, Error> {
         let plan = self.held.mutex.plan()?;
@@ -361,14 +381,6 @@ impl Lock {
             return Err(Error::Unlocked);
         }
         Ok(plan)
-    }
-
-    /// Waits for acquire calls still in flight.
-    async fn settled(&self) {
-        let settle = self.state().settle.clone();
-        if let Some(settle) = settle {
-            settle.await;
-        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -389,6 +401,9 @@ pub(crate) fn deadline(start: Instant, left: Duration) -> Instant {
 impl Drop for Held {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(stragglers) = state.stragglers.take() {
+            stragglers.cancel();
+        }
         if state.unlocked || check_value(&self.value).is_err() {
             return;
         }
@@ -400,7 +415,6 @@ impl Drop for Held {
             Arc::clone(self.mutex.name_arc()),
             Arc::clone(&self.value),
             plan,
-            state.settle.take(),
         );
     }
 }

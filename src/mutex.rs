@@ -223,7 +223,9 @@ impl Mutex {
     ///
     /// Calls still in flight are not abandoned: after a success they finish in the background, so the
     /// lock lands on as many nodes as possible; after a failure they are released like the rest.
-    /// [`Lock::unlock`] and [`Lock::extend`] wait for them first.
+    /// [`Lock::extend`], [`Lock::unlock`] and dropping the lock stop those still in flight without
+    /// waiting for them: requests already sent run first on their node's connection, the others
+    /// are never sent. [`Lock::unlock`] returns once its outcome is decided too.
     ///
     /// # Examples
     ///

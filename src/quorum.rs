@@ -108,6 +108,15 @@ impl Tally {
             || (self.ours + pending < needed && (foreign >= needed || foreign + pending < needed))
     }
 
+    /// Like [`decided`](Tally::decided), for a release: its verdict also tells a lock that expired
+    /// (a quorum gone or foreign) from one that could not be reached, so that must be settled too.
+    pub(crate) fn release_decided(&self) -> bool {
+        let needed = quorum(self.total);
+        let pending = self.total - self.answered;
+        let gone = self.foreign.len() + self.missing;
+        self.decided() && (self.ours >= needed || gone >= needed || gone + pending < needed)
+    }
+
     /// Marks every node that has not answered as not awaited (fail-fast returned early).
     pub(crate) fn close(&mut self, pending: impl IntoIterator<Item = usize>) {
         for node in pending {
@@ -378,6 +387,27 @@ mod tests {
     }
 
     #[test]
+    fn a_release_is_decided_only_once_expired_or_not_is_settled() {
+        let mut t = Tally::new(5);
+        t.add(0, Err(NodeErrorKind::Missing));
+        t.add(1, Err(NodeErrorKind::Missing));
+        t.add(2, Err(timeout()));
+        assert!(t.decided(), "no quorum of ours, none foreign");
+        assert!(
+            !t.release_decided(),
+            "Expired or NoQuorum depends on the rest"
+        );
+        t.add(3, Err(NodeErrorKind::Missing));
+        assert!(t.release_decided());
+
+        let mut t = Tally::new(5);
+        for node in 0..3 {
+            t.add(node, Ok(0));
+        }
+        assert!(t.release_decided(), "released on a quorum");
+    }
+
+    #[test]
     fn close_marks_pending_nodes_and_sorts() {
         let mut t = Tally::new(3);
         t.add(2, Err(timeout()));
@@ -469,6 +499,25 @@ mod tests {
                     std::mem::discriminant(&full.unwrap_err()),
                     "case {case}"
                 );
+            }
+            // A fail-fast release: once decided, the early verdict is the one all replies give.
+            let mut partial = Tally::new(n);
+            for (node, reply) in replies[..answered].iter().enumerate() {
+                partial.add(node, reply.clone());
+            }
+            if partial.release_decided() {
+                let mut early = partial;
+                early.close(answered..n);
+                let early = early.judge_release();
+                let full = tally(&replies).judge_release();
+                assert_eq!(early.is_ok(), full.is_ok(), "case {case}");
+                if let (Err(early), Err(full)) = (early, full) {
+                    assert_eq!(
+                        std::mem::discriminant(&early),
+                        std::mem::discriminant(&full),
+                        "case {case}"
+                    );
+                }
             }
         }
     }

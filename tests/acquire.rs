@@ -191,7 +191,11 @@ async fn fail_fast_locks_and_reports_the_same_errors() {
     .await;
     assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
     lock.unlock().await.expect("unlock");
-    assert!(present(&cluster, "acquire:fast").is_empty());
+    // A fail-fast unlock returns at the quorum too; the other nodes are released just after.
+    support::eventually("no node holds the key", || {
+        present(&cluster, "acquire:fast").is_empty()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -449,6 +453,40 @@ async fn fail_fast_does_not_wait_for_a_stalled_node() {
     }
     cluster.node(4).resume();
     lock.unlock().await.expect("unlock");
+}
+
+/// A fail-fast unlock does not wait for a stalled node either. The SET still queued for that node
+/// runs when it resumes, and the release queued behind it on the same connection runs after it, so
+/// the key does not outlive the unlock.
+#[tokio::test]
+async fn fail_fast_unlock_does_not_wait_and_no_set_lands_after_it() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    // 1 s per node: waiting for the paused node would be obvious.
+    let mutex = redlock
+        .new_mutex("acquire:fast-unlock")
+        .with_expiry(Duration::from_secs(20))
+        .with_fail_fast(true)
+        .with_tries(1);
+    support::warm_up(&mutex).await;
+    cluster.node(4).pause();
+    let lock = mutex.lock().await.expect("4 of 5 suffice");
+    let start = Instant::now();
+    lock.unlock().await.expect("released on 4 of 5");
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+    cluster.node(4).resume();
+    // Well before the 20 s expiry: only the release can have removed node 4's key.
+    support::within(Duration::from_secs(3), "no node holds the key", || {
+        present(&cluster, "acquire:fast-unlock").is_empty()
+    })
+    .await;
+    // A SET landing after the release would show up here.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(present(&cluster, "acquire:fast-unlock").is_empty());
 }
 
 /// A retry must not race the release of the previous attempt: that release would delete the keys of
