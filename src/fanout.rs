@@ -63,8 +63,8 @@ fn fan_out(nodes: &[Node], request: &Arc<Request>, shuffle: bool) -> Calls {
         .iter()
         .enumerate()
         .map(|(index, node)| {
-            let (connection, request) = (node.connection.clone(), Arc::clone(request));
-            let call: Call = Box::pin(async move { call(connection, &request).await });
+            let connection = node.connection.clone();
+            let call: Call = Box::pin(call(connection, Arc::clone(request)));
             (index, call)
         })
         .collect();

@@ -436,9 +436,13 @@ impl Mutex {
         let plan = self.plan()?;
         let value = self.new_value()?;
         let span = tracing::debug_span!("redmutex.lock", name = %self.name(), tries = plan.tries);
-        acquire(self, plan, value, plan.tries)
-            .instrument(span)
-            .await
+        let acquire = acquire(self, plan, value, plan.tries);
+        // Entering a disabled span on every poll still costs: skip it when nobody listens.
+        if span.is_disabled() {
+            acquire.await
+        } else {
+            acquire.instrument(span).await
+        }
     }
 
     /// Makes exactly one attempt to acquire the lock.
@@ -471,7 +475,12 @@ impl Mutex {
         let plan = self.plan()?;
         let value = self.new_value()?;
         let span = tracing::debug_span!("redmutex.try_lock", name = %self.name());
-        acquire(self, plan, value, 1).instrument(span).await
+        let acquire = acquire(self, plan, value, 1);
+        if span.is_disabled() {
+            acquire.await
+        } else {
+            acquire.instrument(span).await
+        }
     }
 
     /// A handle on a lock that another handle (possibly in another process) acquired with `value`.

@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::Either;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
@@ -73,12 +75,17 @@ impl fmt::Debug for NodeConnection {
 }
 
 impl NodeConnection {
-    async fn send(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+    /// Sends one command. A plain combinator rather than an `async fn`: each async layer around the
+    /// redis crate's large future costs a copy of it and a state machine on every node call.
+    fn send<'a>(
+        &'a mut self,
+        cmd: &'a Cmd,
+    ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
         let reply = match &mut self.0 {
-            Connection::Manager(c) => c.send_packed_command(cmd).await,
-            Connection::Multiplexed(c) => c.send_packed_command(cmd).await,
+            Connection::Manager(c) => Either::Left(c.send_packed_command(cmd)),
+            Connection::Multiplexed(c) => Either::Right(c.send_packed_command(cmd)),
         };
-        reply.and_then(Value::extract_error)
+        reply.map(|reply| reply.and_then(Value::extract_error))
     }
 
     /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
@@ -248,17 +255,6 @@ impl Request {
         }
     }
 
-    async fn send(&self, connection: &mut NodeConnection) -> RedisResult<Value> {
-        match connection.send(&self.cmd).await {
-            // EVAL also caches the script, so later EVALSHA calls to this node find it.
-            Err(error) if error.code() == Some("NOSCRIPT") => match self.eval_cmd() {
-                Some(eval) => connection.send(&eval).await,
-                None => Err(error),
-            },
-            other => other,
-        }
-    }
-
     /// After a release by digest timed out: the EVALSHA may still be queued at a stalled node, which
     /// will answer NOSCRIPT if it lost its script cache, and nobody is left to send the fallback.
     /// An EVAL queued behind it on the same connection releases the key either way (and finds
@@ -354,12 +350,21 @@ pub(crate) async fn exists(
 }
 
 /// Sends `request` to one node and reads the reply. Unbounded: the fan-out that starts the call
-/// races it against its deadline (see `fanout`).
+/// races it against its deadline (see `fanout`). One async layer only, for the reason given at
+/// `NodeConnection::send`.
 pub(crate) async fn call(
     mut connection: NodeConnection,
-    request: &Request,
+    request: Arc<Request>,
 ) -> Result<u64, NodeErrorKind> {
-    match request.send(&mut connection).await {
+    let reply = match connection.send(&request.cmd).await {
+        // EVAL also caches the script, so later EVALSHA calls to this node find it.
+        Err(error) if error.code() == Some("NOSCRIPT") => match request.eval_cmd() {
+            Some(eval) => connection.send(&eval).await,
+            None => Err(error),
+        },
+        other => other,
+    };
+    match reply {
         Ok(reply) => request.interpret(reply),
         Err(error) => Err(NodeErrorKind::Redis(error)),
     }
