@@ -81,9 +81,9 @@ pub(crate) async fn acquire(
             Err((error, _)) if attempt >= tries => {
                 // Whatever the attempt set is released, or being released in the background.
                 guard.armed = false;
-                if let Some(watch) = watch {
-                    watch.done();
-                }
+                // Dropped, not done: a wake-up that came during this last attempt passes on to
+                // the next waiter in line.
+                drop(watch);
                 return Err(error);
             }
             Err((_, cleanup)) => cleanup,
@@ -125,11 +125,14 @@ pub(crate) async fn acquire(
                 (woken, confirmed.unwrap_or(false))
             }
         };
-        if !confirmed {
+        if !confirmed || plan.wake_on_release {
             // A release that timed out is still queued; should the connection be re-made, it
             // could run after the next attempt's SET on the new connection and delete that key.
             // A fresh value makes such a late release harmless. It is still on its way, so the
             // old value needs no release of ours any more.
+            // With wake-up on release, a release notice names the released value, and waiters
+            // treat a value as one release: the next attempt must not release the same value
+            // again (see `wake`).
             guard.value = mutex.new_value()?;
         }
         attempt += 1;

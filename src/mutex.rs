@@ -278,7 +278,8 @@ impl Mutex {
     /// one `Redlock`, one waiter per release is woken, first come first served, so a release does
     /// not set off every waiter at once; the others keep waiting for the next release. The retry
     /// delay stays as the fallback: a lost notice (a listener reconnecting, a node down) costs at
-    /// most one delay. Needs a `Redlock` made by [`Redlock::connect`]; with connections the caller
+    /// most one delay. Every attempt uses a value of its own, since a notice names the released
+    /// value. Needs a `Redlock` made by [`Redlock::connect`]; with connections the caller
     /// built ([`Redlock::new`]) there is nothing to open listeners with, and waiters poll.
     ///
     /// # Examples

@@ -261,7 +261,7 @@ impl Redlock {
     }
 
     /// The release notice hub, started on first use; `None` for caller-built connections.
-    pub(crate) fn hub(&self) -> Option<&Arc<Hub>> {
+    pub(crate) fn hub(&self) -> Option<Arc<Hub>> {
         self.listeners.hub()
     }
 }

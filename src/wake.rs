@@ -12,7 +12,7 @@
 //! a full attempt, and its retry delay still runs as the fallback.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -46,28 +46,30 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 pub(crate) struct Listeners {
     /// One per node, in node order; empty for connections the caller built.
     clients: Vec<redis::Client>,
-    hub: OnceLock<Arc<Hub>>,
+    hub: std::sync::Mutex<Option<Arc<Hub>>>,
 }
 
 impl Listeners {
     pub(crate) fn new(clients: Vec<redis::Client>) -> Listeners {
         Listeners {
             clients,
-            hub: OnceLock::new(),
+            hub: std::sync::Mutex::new(None),
         }
     }
 
-    /// The hub, with one listener task per node started on the first call. `None` when there are
-    /// no clients to listen with, or no tokio runtime to run the listeners on.
-    pub(crate) fn hub(&self) -> Option<&Arc<Hub>> {
+    /// The hub, with one listener task per node started on the first call, and again if the
+    /// runtime that ran the listeners has shut down (a client can outlive a runtime). `None` when
+    /// there are no clients to listen with, or no tokio runtime to run the listeners on.
+    pub(crate) fn hub(&self) -> Option<Arc<Hub>> {
         if self.clients.is_empty() {
             return None;
         }
-        if let Some(hub) = self.hub.get() {
-            return Some(hub);
+        let mut slot = self.hub.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hub) = slot.as_ref().filter(|hub| hub.listening()) {
+            return Some(Arc::clone(hub));
         }
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        Some(self.hub.get_or_init(|| {
+        let hub = {
             let mut receivers = Vec::new();
             let mut commands = Vec::new();
             for _ in &self.clients {
@@ -91,7 +93,9 @@ impl Listeners {
                 runtime.spawn(listener.run());
             }
             hub
-        }))
+        };
+        *slot = Some(Arc::clone(&hub));
+        Some(hub)
     }
 }
 
@@ -223,6 +227,12 @@ fn channel(name: &str) -> String {
 }
 
 impl Hub {
+    /// Whether the listener tasks still run: they end only when the hub is dropped, or when the
+    /// runtime they ran on shut down.
+    fn listening(&self) -> bool {
+        self.commands.iter().all(|commands| !commands.is_closed())
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // The state is left consistent at every step, so a panic elsewhere does not spoil it.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -428,6 +438,10 @@ impl Watch {
             waiter.woken = false;
             waiter.since = since;
         }
+        // A release heard while this waiter was still marked woken woke nobody: count it now.
+        if let Some(entry) = state.names.get_mut(&*self.name) {
+            entry.wake_one(Some(self.hub.quorum));
+        }
     }
 
     /// Reports how the attempt after a wake-up went: `won` widens or narrows the spread.
@@ -505,9 +519,12 @@ impl Listener {
                         pause = RECONNECT_MIN;
                     }
                     tracing::debug!(node = self.node, ?pause, "release listener reconnecting");
-                    // Commands wait in the channel meanwhile; the subscriptions they ask for are
-                    // made again from the hub's names after reconnecting.
+                    // Commands are dropped while the node is away (their confirmations read as
+                    // "not confirmed"), so a long outage does not pile them up: the
+                    // subscriptions are made again from the hub's names after reconnecting.
+                    self.drain();
                     tokio::time::sleep(pause).await;
+                    self.drain();
                     pause = (pause * 2).min(RECONNECT_MAX);
                 }
             }
@@ -523,11 +540,17 @@ impl Listener {
             return Stop::Lost { served: false };
         };
         let (mut sink, mut stream) = pubsub.split();
+        // Commands that came while connecting are covered by the snapshot of names taken after
+        // them: a name to subscribe is in it, a name to unsubscribe is not.
+        let confirmations = self.drain();
         let Some(channels) = self.hub.upgrade().map(|hub| hub.channels()) else {
             return Stop::HubGone;
         };
         if !channels.is_empty() && !bounded(sink.subscribe(&channels)).await {
             return Stop::Lost { served: false };
+        }
+        for confirm in confirmations {
+            let _ = confirm.send(());
         }
         tracing::debug!(node = self.node, "release listener connected");
         let mut sweep = tokio::time::interval(LINGER);
@@ -561,6 +584,19 @@ impl Listener {
                 }
             }
         }
+    }
+}
+
+impl Listener {
+    /// Takes every command waiting in the channel, returning the confirmations they asked for.
+    fn drain(&mut self) -> Vec<oneshot::Sender<()>> {
+        let mut confirmations = Vec::new();
+        while let Ok(command) = self.commands.try_recv() {
+            if let Command::Subscribe(_, Some(confirm)) = command {
+                confirmations.push(confirm);
+            }
+        }
+        confirmations
     }
 }
 
@@ -729,6 +765,19 @@ mod tests {
         assert!(!first.is_woken());
         release(&hub, "b", &[1, 2], at);
         assert!(first.is_woken() && !second.is_woken());
+    }
+
+    #[test]
+    fn a_release_heard_while_looking_is_not_lost() {
+        let hub = hub(3);
+        let since = Instant::now();
+        let (first, _) = hub.watch(&name(), since);
+        let at = release(&hub, "a", &[0, 1], since);
+        assert!(first.is_woken());
+        // While it looked at a node, the new holder released already.
+        release(&hub, "b", &[1, 2], at);
+        first.wait_again(since + Duration::from_nanos(1));
+        assert!(first.is_woken(), "release b wakes it");
     }
 
     #[test]

@@ -185,8 +185,6 @@ async fn a_name_is_unsubscribed_some_seconds_after_its_last_waiter() {
 async fn without_notices_waiters_fall_back_on_their_delay() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
-    let name = "wake:fallback";
-    let silent = redlock.new_mutex(name).with_expiry(Duration::from_secs(30));
     let mut connections = Vec::new();
     for url in cluster.urls() {
         let client = redis::Client::open(url).expect("URL");
@@ -197,7 +195,12 @@ async fn without_notices_waiters_fall_back_on_their_delay() {
         connections.push(connection);
     }
     let built = Redlock::new(connections).expect("connections");
-    for waiting_client in [&redlock, &built] {
+    for (waiting_client, name, listens) in [
+        (&redlock, "wake:fallback", true),
+        (&built, "wake:fallback-built", false),
+    ] {
+        // The holder's mutex does not publish.
+        let silent = redlock.new_mutex(name).with_expiry(Duration::from_secs(30));
         let held = silent.lock().await.expect("free lock");
         let waiter = waiting_client
             .new_mutex(name)
@@ -206,15 +209,43 @@ async fn without_notices_waiters_fall_back_on_their_delay() {
             .with_tries(100);
         let task = tokio::spawn(async move { waiter.lock().await });
         tokio::time::sleep(Duration::from_millis(100)).await;
+        let channel = channel(name);
+        let subscribers = usize::from(listens) as i64;
+        for node in cluster.nodes() {
+            assert_eq!(node.subscribers(&channel), subscribers, "{name}");
+        }
         held.unlock().await.expect("unlock");
         let next = task.await.expect("task").expect("the waiter gets the lock");
         next.unlock().await.expect("unlock");
     }
-    let channel = channel(name);
-    assert!(
-        cluster.nodes()[0].subscribers(&channel) <= 1,
-        "one listener connection per client at most"
-    );
+}
+
+/// With wake-up on release every attempt has a value of its own: a release notice names the
+/// released value, so a value released twice (a failed attempt's cleanup, then the unlock of a
+/// retry that won with it) would read as one release to waiters.
+#[tokio::test]
+async fn every_attempt_has_its_own_value() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let held = redlock
+        .new_mutex("wake:values")
+        .lock()
+        .await
+        .expect("free lock");
+    let values = Arc::new(AtomicU64::new(0));
+    let waiter = redlock
+        .new_mutex("wake:values")
+        .with_wake_on_release(true)
+        .with_retry_delay(Duration::from_millis(10))
+        .with_tries(4)
+        .with_value_fn({
+            let values = Arc::clone(&values);
+            move || format!("value-{}", values.fetch_add(1, Ordering::SeqCst))
+        });
+    let error = waiter.lock().await.expect_err("held throughout");
+    assert!(matches!(error, redmutex::Error::Taken { .. }), "{error}");
+    assert_eq!(values.load(Ordering::SeqCst), 4, "one value per attempt");
+    held.unlock().await.expect("unlock");
 }
 
 /// Eight tasks in one client increment a counter under the lock: exact, and the retry delay (a

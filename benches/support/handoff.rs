@@ -8,7 +8,7 @@
 //!
 //! Per row: hand-offs per second, the hand-off latency (one holder starting its unlock to the next
 //! holder's `lock()` returning), the commands the nodes received per acquisition (SET, EVALSHA,
-//! EVAL, SUBSCRIBE, UNSUBSCRIBE over all nodes, from `INFO commandstats`: the work waiters cause),
+//! EVAL, EXISTS, SUBSCRIBE, UNSUBSCRIBE over all nodes, from `INFO commandstats`: the work waiters cause),
 //! and how evenly the acquisitions spread over the tasks.
 
 use std::sync::Arc;
@@ -30,7 +30,14 @@ const STEP_BACK: Duration = Duration::from_secs(2);
 
 /// The commands clients send, as `INFO commandstats` names them. Commands the scripts run inside
 /// (GET, DEL, PUBLISH) are not sent over the network and are left out.
-const SENT: [&str; 5] = ["set", "evalsha", "eval", "subscribe", "unsubscribe"];
+const SENT: [&str; 6] = [
+    "set",
+    "evalsha",
+    "eval",
+    "exists",
+    "subscribe",
+    "unsubscribe",
+];
 
 /// How waiters wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -295,7 +302,7 @@ pub fn print_table(rows: &[HandoffRow]) {
     println!(
         "hand-off: {TASKS} tasks on one name, lock + {} ms hold + unlock, then step back until \
          another task has the lock; default settings (8 s expiry, retry delay 50-250 ms), multi-thread runtime; hand-off = one holder starting its \
-         unlock -> the next holder's lock() returning; commands = SET/EVALSHA/EVAL/SUBSCRIBE/\
+         unlock -> the next holder's lock() returning; commands = SET/EVALSHA/EVAL/EXISTS/SUBSCRIBE/\
          UNSUBSCRIBE received by all nodes, per acquisition",
         HOLD.as_millis()
     );
