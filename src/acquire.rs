@@ -41,7 +41,7 @@ pub(crate) async fn acquire(
     let mut woken = false;
     if plan.wake_on_release
         && tries > 1
-        && let Some(hub) = mutex.redlock().hub()
+        && let Some(hub) = mutex.redlock().running_hub()
         && hub.has_waiters(mutex.name_arc())
     {
         // Others of this client already wait for the name: the lock is held, or is being handed

@@ -264,6 +264,11 @@ impl Redlock {
     pub(crate) fn hub(&self) -> Option<Arc<Hub>> {
         self.listeners.hub()
     }
+
+    /// The release notice hub if it runs already; never starts it.
+    pub(crate) fn running_hub(&self) -> Option<Arc<Hub>> {
+        self.listeners.running_hub()
+    }
 }
 
 impl fmt::Debug for Redlock {

@@ -57,6 +57,12 @@ impl Listeners {
         }
     }
 
+    /// The hub if its listeners already run: for checks that must not open connections.
+    pub(crate) fn running_hub(&self) -> Option<Arc<Hub>> {
+        let slot = self.hub.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref().filter(|hub| hub.listening()).cloned()
+    }
+
     /// The hub, with one listener task per node started on the first call, and again if the
     /// runtime that ran the listeners has shut down (a client can outlive a runtime). `None` when
     /// there are no clients to listen with, or no tokio runtime to run the listeners on.

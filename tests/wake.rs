@@ -314,3 +314,28 @@ async fn waiters_of_several_clients_race_without_losing_wake_ups() {
     }
     assert_eq!(counter.load(Ordering::SeqCst), 120);
 }
+
+/// Listeners open only when somebody has to wait: an uncontended lock of a waking mutex uses the
+/// client's one connection per node and nothing more.
+#[tokio::test]
+async fn uncontended_locks_open_no_listeners() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = waking(&redlock, "wake:uncontended");
+    for _ in 0..3 {
+        let lock = mutex.lock().await.expect("free lock");
+        lock.unlock().await.expect("unlock");
+    }
+    for node in cluster.nodes() {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut node.connection())
+            .expect("INFO");
+        let clients = info
+            .lines()
+            .find_map(|line| line.strip_prefix("connected_clients:"))
+            .map(str::trim);
+        // The client's connection, and this inspection's own.
+        assert_eq!(clients, Some("2"), "{info}");
+    }
+}
