@@ -57,7 +57,7 @@ pub(crate) async fn acquire(
         if let Some(watch) = &watch {
             watch.rearm(started);
         }
-        let outcome = attempt_once(mutex, plan, &guard.value).await;
+        let outcome = attempt_once(mutex, plan, &guard.value, started).await;
         if let (Some(watch), true) = (&watch, woken) {
             watch.woken_attempt(outcome.is_ok());
         }
@@ -177,11 +177,13 @@ pub(crate) fn millis_left(until: Instant) -> u64 {
     whole_millis(until.saturating_duration_since(Instant::now()))
 }
 
-/// One attempt. On failure, the error and the release of whatever the attempt set.
+/// One attempt, begun at `start` (validity counts from it). On failure, the error and the release
+/// of whatever the attempt set.
 async fn attempt_once(
     mutex: &Mutex,
     plan: &Plan,
     value: &Arc<str>,
+    start: Instant,
 ) -> Result<Lock, (Error, Cleanup)> {
     let nodes = mutex.redlock().nodes();
     let op = if plan.fencing {
@@ -190,7 +192,6 @@ async fn attempt_once(
         Op::Acquire
     };
     let request = Request::new(op, mutex.name_arc(), value, plan.millis);
-    let start = Instant::now();
     let (mut tally, in_flight) = if plan.fail_fast {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await
     } else {

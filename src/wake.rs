@@ -173,6 +173,11 @@ impl Entry {
         }
     }
 
+    /// Where waiter `id` stands in line.
+    fn position(&self, id: u64) -> Option<usize> {
+        self.waiters.iter().position(|waiter| waiter.id == id)
+    }
+
     /// The notices received after `since`.
     fn heard_since(&self, since: Instant) -> impl Iterator<Item = &Heard> {
         self.heard
@@ -381,22 +386,24 @@ impl Watch {
     /// Called as an attempt starts: only notices received from now on count, and a waiter that
     /// was woken goes to the back of the line.
     pub(crate) fn rearm(&self, since: Instant) {
-        let mut state = self.hub.state();
-        let Some(entry) = state.names.get_mut(&*self.name) else {
-            return;
-        };
-        let Some(position) = entry.waiters.iter().position(|w| w.id == self.id) else {
-            return;
-        };
-        let mut waiter = if entry.waiters[position].woken {
-            entry.waiters.remove(position)
-        } else {
-            entry.waiters[position].since = since;
-            return;
-        };
-        waiter.woken = false;
-        waiter.since = since;
-        entry.waiters.push(waiter);
+        self.with_entry(|entry| {
+            let Some(mut position) = entry.position(self.id) else {
+                return;
+            };
+            if entry.waiters[position].woken {
+                let waiter = entry.waiters.remove(position);
+                entry.waiters.push(waiter);
+                position = entry.waiters.len() - 1;
+            }
+            let waiter = &mut entry.waiters[position];
+            waiter.woken = false;
+            waiter.since = since;
+        });
+    }
+
+    /// Runs `f` on this waiter's name under the hub's lock; `None` if the name is gone.
+    fn with_entry<R>(&self, f: impl FnOnce(&mut Entry) -> R) -> Option<R> {
+        self.hub.state().names.get_mut(&*self.name).map(f)
     }
 
     /// Resolves once this waiter is woken by release notices.
@@ -411,51 +418,46 @@ impl Watch {
     }
 
     fn is_woken(&self) -> bool {
-        let state = self.hub.state();
-        state
-            .names
-            .get(&*self.name)
-            .and_then(|entry| entry.waiters.iter().find(|w| w.id == self.id))
-            .is_some_and(|waiter| waiter.woken)
+        self.with_entry(|entry| {
+            entry
+                .position(self.id)
+                .is_some_and(|p| entry.waiters[p].woken)
+        })
+        .unwrap_or(false)
     }
 
     /// For a woken waiter before its attempt: a random pause below the name's current spread,
     /// and the node that reported the release last (a good one to look at after the pause).
     pub(crate) fn pause(&self) -> (Duration, usize) {
-        let state = self.hub.state();
-        let Some(entry) = state.names.get(&*self.name) else {
-            return (Duration::ZERO, 0);
-        };
-        if entry.spread.is_zero() {
-            return (Duration::ZERO, entry.last_node);
-        }
-        (entry.spread.mul_f64(rand::random::<f64>()), entry.last_node)
+        self.with_entry(|entry| {
+            let pause = if entry.spread.is_zero() {
+                Duration::ZERO
+            } else {
+                entry.spread.mul_f64(rand::random::<f64>())
+            };
+            (pause, entry.last_node)
+        })
+        .unwrap_or((Duration::ZERO, 0))
     }
 
     /// A woken waiter found the lock taken again before its attempt: back to waiting, at its
     /// place in line, for releases after `since`.
     pub(crate) fn wait_again(&self, since: Instant) {
-        let mut state = self.hub.state();
-        let waiter = state
-            .names
-            .get_mut(&*self.name)
-            .and_then(|entry| entry.waiters.iter_mut().find(|w| w.id == self.id));
-        if let Some(waiter) = waiter {
-            waiter.woken = false;
-            waiter.since = since;
-        }
-        // A release heard while this waiter was still marked woken woke nobody: count it now.
-        if let Some(entry) = state.names.get_mut(&*self.name) {
-            entry.wake_one(Some(self.hub.quorum));
-        }
+        let quorum = self.hub.quorum;
+        self.with_entry(|entry| {
+            if let Some(position) = entry.position(self.id) {
+                let waiter = &mut entry.waiters[position];
+                waiter.woken = false;
+                waiter.since = since;
+            }
+            // A release heard while this waiter was still marked woken woke nobody: count it now.
+            entry.wake_one(Some(quorum));
+        });
     }
 
     /// Reports how the attempt after a wake-up went: `won` widens or narrows the spread.
     pub(crate) fn woken_attempt(&self, won: bool) {
-        let mut state = self.hub.state();
-        if let Some(entry) = state.names.get_mut(&*self.name) {
-            entry.spread = next_spread(entry.spread, won);
-        }
+        self.with_entry(|entry| entry.spread = next_spread(entry.spread, won));
     }
 
     /// Leaves the line for good: the `lock()` call returned.
@@ -467,20 +469,19 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         let now = Instant::now();
-        let mut state = self.hub.state();
-        let Some(entry) = state.names.get_mut(&*self.name) else {
-            return;
-        };
-        let Some(position) = entry.waiters.iter().position(|w| w.id == self.id) else {
-            return;
-        };
-        let waiter = entry.waiters.remove(position);
-        if waiter.woken && !self.done {
-            entry.wake_one(None);
-        }
-        if entry.waiters.is_empty() {
-            entry.idle_since = Some(now);
-        }
+        let done = self.done;
+        self.with_entry(|entry| {
+            let Some(position) = entry.position(self.id) else {
+                return;
+            };
+            let waiter = entry.waiters.remove(position);
+            if waiter.woken && !done {
+                entry.wake_one(None);
+            }
+            if entry.waiters.is_empty() {
+                entry.idle_since = Some(now);
+            }
+        });
     }
 }
 
@@ -540,6 +541,17 @@ impl Listener {
         }
     }
 
+    /// Takes every command waiting in the channel, returning the confirmations they asked for.
+    fn drain(&mut self) -> Vec<oneshot::Sender<()>> {
+        let mut confirmations = Vec::new();
+        while let Ok(command) = self.commands.try_recv() {
+            if let Command::Subscribe(_, Some(confirm)) = command {
+                confirmations.push(confirm);
+            }
+        }
+        confirmations
+    }
+
     async fn serve(&mut self) -> Stop {
         let connected = tokio::time::timeout(LISTENER_TIMEOUT, self.client.get_async_pubsub());
         let Ok(Ok(pubsub)) = connected.await else {
@@ -590,19 +602,6 @@ impl Listener {
                 }
             }
         }
-    }
-}
-
-impl Listener {
-    /// Takes every command waiting in the channel, returning the confirmations they asked for.
-    fn drain(&mut self) -> Vec<oneshot::Sender<()>> {
-        let mut confirmations = Vec::new();
-        while let Ok(command) = self.commands.try_recv() {
-            if let Command::Subscribe(_, Some(confirm)) = command {
-                confirmations.push(confirm);
-            }
-        }
-        confirmations
     }
 }
 

@@ -248,71 +248,57 @@ async fn every_attempt_has_its_own_value() {
     held.unlock().await.expect("unlock");
 }
 
-/// Eight tasks in one client increment a counter under the lock: exact, and the retry delay (a
-/// minute) never runs out, so every hand-off was a wake-up.
+/// One task per mutex, each making `rounds` non-atomic increments under the lock; returns the
+/// count. Bounded well below the waiters' retry delay of a minute: finishing in time means every
+/// hand-off was a wake-up.
+async fn increments(mutexes: Vec<Mutex>, rounds: usize) -> u64 {
+    let counter = Arc::new(AtomicU64::new(0));
+    let tasks = mutexes.into_iter().map(|mutex| {
+        let counter = Arc::clone(&counter);
+        tokio::spawn(async move {
+            for _ in 0..rounds {
+                let lock = mutex.lock().await.expect("lock");
+                // Not atomic on purpose: only the lock keeps increments apart.
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                lock.unlock().await.expect("unlock");
+            }
+        })
+    });
+    let all = futures::future::join_all(tasks);
+    let results = tokio::time::timeout(Duration::from_secs(50), all)
+        .await
+        .expect("every hand-off was a wake-up (the retry delay is a minute)");
+    for result in results {
+        result.expect("task");
+    }
+    counter.load(Ordering::SeqCst)
+}
+
+/// Eight tasks in one client: the count is exact, and every hand-off was a wake-up.
 #[tokio::test]
 async fn contending_tasks_hand_the_lock_on_by_wake_ups() {
     let cluster = Cluster::start(5);
     let redlock = client(&cluster).await;
     let mutex = waking(&redlock, "wake:contention");
-    let counter = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let (mutex, counter) = (mutex.clone(), Arc::clone(&counter));
-            tokio::spawn(async move {
-                for _ in 0..20 {
-                    let lock = mutex.lock().await.expect("lock");
-                    // Not atomic on purpose: only the lock keeps increments apart.
-                    let seen = counter.load(Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    counter.store(seen + 1, Ordering::SeqCst);
-                    lock.unlock().await.expect("unlock");
-                }
-            })
-        })
-        .collect();
-    let all = futures::future::join_all(tasks);
-    let results = tokio::time::timeout(Duration::from_secs(50), all)
-        .await
-        .expect("every hand-off was a wake-up (the retry delay is a minute)");
-    for result in results {
-        result.expect("task");
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 160);
+    let count = increments(vec![mutex; 8], 20).await;
+    assert_eq!(count, 160);
 }
 
 /// Four clients with two tasks each: every client wakes one waiter per release, so woken waiters
-/// of different clients race; the counter stays exact and no release goes unheard (the retry
-/// delay of a minute never runs out).
+/// of different clients race; the count stays exact and no release goes unheard.
 #[tokio::test]
 async fn waiters_of_several_clients_race_without_losing_wake_ups() {
     let cluster = Cluster::start(5);
-    let counter = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
+    let mut mutexes = Vec::new();
     for _ in 0..4 {
         let redlock = client(&cluster).await;
         let mutex = waking(&redlock, "wake:clients");
-        for _ in 0..2 {
-            let (mutex, counter) = (mutex.clone(), Arc::clone(&counter));
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..15 {
-                    let lock = mutex.lock().await.expect("lock");
-                    let seen = counter.load(Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    counter.store(seen + 1, Ordering::SeqCst);
-                    lock.unlock().await.expect("unlock");
-                }
-            }));
-        }
+        mutexes.extend([mutex.clone(), mutex]);
     }
-    let all = futures::future::join_all(tasks);
-    let results = tokio::time::timeout(Duration::from_secs(50), all)
-        .await
-        .expect("every hand-off was a wake-up (the retry delay is a minute)");
-    for result in results {
-        result.expect("task");
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 120);
+    let count = increments(mutexes, 15).await;
+    assert_eq!(count, 120);
 }
 
 /// Listeners open only when somebody has to wait: an uncontended lock of a waking mutex uses the
