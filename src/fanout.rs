@@ -6,12 +6,12 @@ use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, join_all};
 use rand::seq::SliceRandom;
-use tokio::time::sleep_until;
+use tokio::time::{sleep_until, timeout_at};
 
 use crate::error::NodeErrorKind;
-use crate::node::{Delivery, Node, Op, Request, call};
+use crate::node::{Delivery, Node, NodeConnection, Op, Request, call};
 use crate::quorum::Tally;
 use crate::settings::Plan;
 
@@ -63,8 +63,9 @@ fn fan_out(nodes: &[Node], request: &Arc<Request>, shuffle: bool) -> Calls {
         .iter()
         .enumerate()
         .map(|(index, node)| {
-            let connection = node.connection.clone();
-            let call: Call = Box::pin(call(connection, Arc::clone(request)));
+            let mut connection = node.connection.clone();
+            let request = Arc::clone(request);
+            let call: Call = Box::pin(async move { call(&mut connection, &request).await });
             (index, call)
         })
         .collect();
@@ -74,17 +75,80 @@ fn fan_out(nodes: &[Node], request: &Arc<Request>, shuffle: bool) -> Calls {
     Calls { pending }
 }
 
+/// One node's part of a fan-out that waits for every reply: its connection, and its reply once in.
+struct Slot {
+    node: usize,
+    connection: NodeConnection,
+    reply: Option<Reply>,
+}
+
 /// Sends `request` to every node and waits for every reply; a call still pending `timeout` after
 /// the start counts as timed out (and a release by digest gets its follow-up, see
 /// `Request::follow_up`).
+///
+/// Nothing here outlives the call, so the node calls borrow the request and their slot, and all
+/// of them live in the one allocation of `join_all` (rather than a box each, as calls that may
+/// outlive their fan-out need, see [`until_decided`]).
 pub(crate) async fn all(
-    nodes: &Arc<[Node]>,
+    nodes: &[Node],
     request: Request,
     timeout: Duration,
     shuffle: bool,
 ) -> Tally {
-    let (tally, _) = gather(nodes, request, timeout, shuffle, None).await;
+    let started = Instant::now();
+    let mut slots: Vec<Slot> = nodes
+        .iter()
+        .enumerate()
+        .map(|(node, n)| Slot {
+            node,
+            connection: n.connection.clone(),
+            reply: None,
+        })
+        .collect();
+    if shuffle {
+        slots.shuffle(&mut rand::rng());
+    }
+    let request = &request;
+    // Polled in slot order, so the requests are issued in that order.
+    let calls = join_all(slots.iter_mut().map(|slot| async move {
+        let reply = call(&mut slot.connection, request).await;
+        trace_reply(request, slot.node, &reply, started);
+        slot.reply = Some(reply);
+    }));
+    // A timeout drops the calls still pending, which stops them (see `Stragglers`).
+    let timed_out = timeout_at((started + timeout).into(), calls).await.is_err();
+    let mut tally = Tally::new(nodes.len());
+    tally.track_nodes = request.is_fenced();
+    for slot in slots {
+        let reply = match slot.reply {
+            Some(reply) => reply,
+            None => {
+                request.follow_up(slot.connection);
+                tracing::trace!(
+                    op = request.op_name(),
+                    node = slot.node,
+                    ?timeout,
+                    "node timed out"
+                );
+                Err(NodeErrorKind::Timeout(timeout))
+            }
+        };
+        tally.add(slot.node, reply);
+    }
+    debug_assert!(timed_out || tally.answered == nodes.len());
+    tally.close([]);
     tally
+}
+
+fn trace_reply(request: &Request, node: usize, reply: &Reply, started: Instant) {
+    tracing::trace!(
+        op = request.op_name(),
+        node,
+        ok = reply.is_ok(),
+        error = reply.as_ref().err().map(tracing::field::display),
+        latency_us = started.elapsed().as_micros() as u64,
+        "node replied"
+    );
 }
 
 /// Like [`all`], but returns as soon as the verdict cannot change (see `Tally::decided`). Nodes
@@ -144,14 +208,7 @@ async fn gather(
         // Each wake-up takes every reply that is in, even after the verdict is decided: those
         // cost nothing to take, and each is one call less to finish in the background.
         let record = |node, reply: Reply| {
-            tracing::trace!(
-                op = request.op_name(),
-                node,
-                ok = reply.is_ok(),
-                error = reply.as_ref().err().map(tracing::field::display),
-                latency_us = started.elapsed().as_micros() as u64,
-                "node replied"
-            );
+            trace_reply(&request, node, &reply, started);
             tally.add(node, reply);
         };
         match calls.poll_replies(cx, record) {

@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use futures::future::Either;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
@@ -75,24 +74,25 @@ impl fmt::Debug for NodeConnection {
 }
 
 impl NodeConnection {
-    /// Sends one command. A plain combinator rather than an `async fn`: each async layer around the
-    /// redis crate's large future costs a copy of it and a state machine on every node call.
+    /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
+    /// future costs a copy of it and a state machine on every node call. Errors the node replied
+    /// with come back as [`Value::ServerError`].
     fn send<'a>(
         &'a mut self,
         cmd: &'a Cmd,
     ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
-        let reply = match &mut self.0 {
+        match &mut self.0 {
             Connection::Manager(c) => Either::Left(c.send_packed_command(cmd)),
             Connection::Multiplexed(c) => Either::Right(c.send_packed_command(cmd)),
-        };
-        reply.map(|reply| reply.and_then(Value::extract_error))
+        }
     }
 
     /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
     pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
         for script in [RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE] {
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
-                .await?;
+                .await?
+                .extract_error()?;
         }
         Ok(())
     }
@@ -288,6 +288,7 @@ impl Request {
             (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(-1)) => {
                 Err(NodeErrorKind::Taken)
             }
+            (_, Value::ServerError(error)) => Err(NodeErrorKind::Redis(error.into())),
             (_, other) => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
         }
     }
@@ -353,14 +354,14 @@ pub(crate) async fn exists(
 /// races it against its deadline (see `fanout`). One async layer only, for the reason given at
 /// `NodeConnection::send`.
 pub(crate) async fn call(
-    mut connection: NodeConnection,
-    request: Arc<Request>,
+    connection: &mut NodeConnection,
+    request: &Request,
 ) -> Result<u64, NodeErrorKind> {
     let reply = match connection.send(&request.cmd).await {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
-        Err(error) if error.code() == Some("NOSCRIPT") => match request.eval_cmd() {
+        Ok(Value::ServerError(error)) if error.code() == "NOSCRIPT" => match request.eval_cmd() {
             Some(eval) => connection.send(&eval).await,
-            None => Err(error),
+            None => Ok(Value::ServerError(error)),
         },
         other => other,
     };
@@ -401,6 +402,18 @@ mod tests {
                 r.interpret(Value::Okay),
                 Err(NodeErrorKind::UnexpectedReply(_))
             ));
+        }
+    }
+
+    #[test]
+    fn error_replies_are_redis_errors() {
+        // The node's own errors arrive as values (see `NodeConnection::send`).
+        let reply = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
+        for op in [Op::Acquire, Op::Extend, Op::Release { notify: true }] {
+            match request(op).interpret(reply.clone()) {
+                Err(NodeErrorKind::Redis(error)) => assert_eq!(error.code(), Some("WRONGTYPE")),
+                other => panic!("{op:?}: {other:?}"),
+            }
         }
     }
 
