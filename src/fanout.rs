@@ -63,9 +63,7 @@ fn fan_out(nodes: &[Node], request: &Arc<Request>, shuffle: bool) -> Calls {
         .iter()
         .enumerate()
         .map(|(index, node)| {
-            let mut connection = node.connection.clone();
-            let request = Arc::clone(request);
-            let call: Call = Box::pin(async move { call(&mut connection, &request).await });
+            let call: Call = Box::pin(call(node.connection.clone(), Arc::clone(request)));
             (index, call)
         })
         .collect();

@@ -1,5 +1,6 @@
 //! One Redis node: its shared connection, and one bounded call to it.
 
+use std::borrow::{Borrow, BorrowMut};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -352,11 +353,13 @@ pub(crate) async fn exists(
 
 /// Sends `request` to one node and reads the reply. Unbounded: the fan-out that starts the call
 /// races it against its deadline (see `fanout`). One async layer only, for the reason given at
-/// `NodeConnection::send`.
+/// `NodeConnection::send`; generic so that calls which borrow their connection and request and
+/// calls which own them (to outlive their fan-out) need no wrapper around it.
 pub(crate) async fn call(
-    connection: &mut NodeConnection,
-    request: &Request,
+    mut connection: impl BorrowMut<NodeConnection>,
+    request: impl Borrow<Request>,
 ) -> Result<u64, NodeErrorKind> {
+    let (connection, request) = (connection.borrow_mut(), request.borrow());
     let reply = match connection.send(&request.cmd).await {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
         Ok(Value::ServerError(error)) if error.code() == "NOSCRIPT" => match request.eval_cmd() {
