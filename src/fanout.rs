@@ -157,7 +157,7 @@ pub(crate) async fn until_decided(
     timeout: Duration,
     shuffle: bool,
 ) -> (Tally, Option<InFlight>) {
-    gather(nodes, request, timeout, shuffle, Some(Tally::decided)).await
+    gather(nodes, request, timeout, shuffle, Tally::decided).await
 }
 
 /// Calls that outlived the verdict of their fan-out. Dropping them stops them: see [`Stragglers`]
@@ -193,7 +193,7 @@ async fn gather(
     request: Request,
     timeout: Duration,
     shuffle: bool,
-    decided: Option<fn(&Tally) -> bool>,
+    decided: fn(&Tally) -> bool,
 ) -> (Tally, Option<InFlight>) {
     let request = Arc::new(request);
     let started = Instant::now();
@@ -211,7 +211,7 @@ async fn gather(
         };
         match calls.poll_replies(cx, record) {
             Poll::Ready(()) => Poll::Ready(false),
-            Poll::Pending if decided.is_some_and(|decided| decided(&tally)) => Poll::Ready(false),
+            Poll::Pending if decided(&tally) => Poll::Ready(false),
             Poll::Pending => timer.as_mut().poll(cx).map(|()| true),
         }
     })
@@ -341,7 +341,7 @@ pub(crate) async fn release_until_decided(
         plan.millis,
         Delivery::ByDigest,
     );
-    let decided = Some(Tally::release_decided as fn(&Tally) -> bool);
+    let decided = Tally::release_decided;
     let (tally, in_flight) = gather(nodes, request, plan.node_timeout, false, decided).await;
     (tally, in_flight.map(InFlight::finish_in_background))
 }
