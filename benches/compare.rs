@@ -21,10 +21,18 @@
 //! - **rslock** (crates.io), built as `peers/rslock-bench` and run as a subprocess against the same
 //!   nodes with the same harness (`benches/support/harness.rs`).
 //!
-//! Environment: `BENCH_SECS` (measured seconds per row, default 3), `BENCH_WARMUP_MS` (default
-//! 500), `BENCH_RETRY_MS` (retry delay of every contender, default 2), `BENCH_MEMORY_LOCKS`
-//! (locks held at once in the memory test, default 100000; 0 skips it), `BENCH_ONLY` (run only the
-//! rows whose "runtime workload contender" contains every comma-separated word, e.g.
+//! The background load of a shared machine drifts over seconds, so rows measured one after the
+//! other would compare different moments. Each row's measured time is therefore split into
+//! interleaved rounds: every contender of a runtime and workload runs one round (its own runtime,
+//! connections and warm-up), then all of them run the next round, in an order rotated by one per
+//! round, and each contender's rounds are merged into its row (sums of cycles, time and CPU time;
+//! the median of the rounds' percentiles: see `Row::merge`).
+//!
+//! Environment: `BENCH_SECS` (measured seconds per row, all rounds together, default 3),
+//! `BENCH_ROUNDS` (rounds per row, default 3), `BENCH_WARMUP_MS` (before every round, default 500),
+//! `BENCH_RETRY_MS` (retry delay of every contender, default 2), `BENCH_MEMORY_LOCKS` (locks held
+//! at once in the memory test, default 100000; 0 skips it), `BENCH_ONLY` (run only the rows whose
+//! "runtime workload contender" contains every comma-separated word, e.g.
 //! `BENCH_ONLY=current,uncontended-32`; ratios need the floor rows to match too).
 //!
 //! Then the hand-off rows of wake-up on release (`benches/support/handoff.rs`): 8 tasks on one name
@@ -124,7 +132,10 @@ impl Who {
 }
 
 struct Config {
+    /// `measure` is the whole measured time of a row, over all its rounds.
     timing: Timing,
+    /// Interleaved rounds per row (`BENCH_ROUNDS`).
+    rounds: u32,
     memory_locks: usize,
     /// The measured window of each hand-off row (`BENCH_HANDOFF_SECS`).
     handoff: Duration,
@@ -150,6 +161,15 @@ impl Config {
                 warmup: Duration::from_secs_f64(number("BENCH_WARMUP_MS", 500.0)? / 1000.0),
                 measure: Duration::from_secs_f64(number("BENCH_SECS", 3.0)?.max(0.1)),
                 retry_delay: Duration::from_secs_f64(number("BENCH_RETRY_MS", 2.0)? / 1000.0),
+            },
+            rounds: match std::env::var("BENCH_ROUNDS") {
+                Ok(text) => text
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| format!("BENCH_ROUNDS={text:?} is not an integer >= 1"))?,
+                Err(_) => 3,
             },
             memory_locks: number("BENCH_MEMORY_LOCKS", 100_000.0)? as usize,
             handoff: Duration::from_secs_f64(number("BENCH_HANDOFF_SECS", 5.0)?.max(0.1)),
@@ -197,35 +217,53 @@ fn main() -> ExitCode {
 
     let mut rows = Vec::new();
     let total = Flavor::ALL.len() * Workload::ALL.len() * Who::RUN.len();
+    let rounds = config.rounds as usize;
+    let round_timing = Timing {
+        measure: config.timing.measure / config.rounds,
+        ..config.timing
+    };
     let mut seq = 0;
     for (f, &flavor) in Flavor::ALL.iter().enumerate() {
         for (w, &workload) in Workload::ALL.iter().enumerate() {
             // Rotate the run order per workload: no contender always runs first or last.
             let shift = (f * Workload::ALL.len() + w) % Who::RUN.len();
+            let mut group = Vec::new();
             for i in 0..Who::RUN.len() {
                 let who = Who::RUN[(i + shift) % Who::RUN.len()];
                 let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
-                if !config.only.iter().all(|word| label.contains(word.as_str())) {
-                    continue;
+                if config.only.iter().all(|word| label.contains(word.as_str())) {
+                    seq += 1;
+                    group.push((who, seq, Vec::with_capacity(rounds)));
                 }
-                seq += 1;
-                let prefix = format!("bench:{run}:{seq}");
-                eprintln!(
-                    "compare: [{seq:2}/{total}] {:14} {:14} {}",
-                    flavor.name(),
-                    workload.name(),
-                    who.name()
-                );
-                let row = run_contender(
-                    who,
-                    flavor,
-                    workload,
-                    config.timing,
-                    &urls,
-                    &prefix,
-                    &rslock,
-                );
-                rows.push((who, seq, row));
+            }
+            // Every contender runs once per round, so slow drifts of the background load reach
+            // all of them alike instead of the ones measured in a bad moment; one more rotation
+            // per round so that no contender always runs first.
+            let size = group.len();
+            for round in 0..rounds {
+                for i in 0..size {
+                    let (who, seq, done) = &mut group[(i + round) % size];
+                    let prefix = format!("bench:{run}:{seq}:{round}");
+                    eprintln!(
+                        "compare: [{seq:2}/{total}] round {}/{rounds} {:14} {:14} {}",
+                        round + 1,
+                        flavor.name(),
+                        workload.name(),
+                        who.name()
+                    );
+                    done.push(run_contender(
+                        *who,
+                        flavor,
+                        workload,
+                        round_timing,
+                        &urls,
+                        &prefix,
+                        &rslock,
+                    ));
+                }
+            }
+            for (who, seq, done) in group {
+                rows.push((who, seq, Row::merge(&done)));
             }
         }
     }
@@ -865,15 +903,27 @@ fn ratio(value: Option<f64>) -> String {
 
 fn print_table(rows: &[(Who, usize, Row)], memory: &Memory, config: &Config, version: &str) {
     let timing = config.timing;
+    let measured = match config.rounds {
+        1 => format!(
+            "{:.1} s measured per row after {:.1} s warm-up",
+            timing.measure.as_secs_f64(),
+            timing.warmup.as_secs_f64(),
+        ),
+        rounds => format!(
+            "{:.1} s measured per row in {rounds} interleaved rounds of {:.1} s, each after {:.1} s \
+             warm-up",
+            timing.measure.as_secs_f64(),
+            (timing.measure / rounds).as_secs_f64(),
+            timing.warmup.as_secs_f64(),
+        ),
+    };
     println!();
     println!(
-        "redmutex compare: {} local redis-server nodes ({}), {} cores, {:.1} s measured per row \
-         after {:.1} s warm-up, retry delay {:.1} ms (contended), expiry {} s",
+        "redmutex compare: {} local redis-server nodes ({}), {} cores, {measured}, retry delay \
+         {:.1} ms (contended), expiry {} s",
         NODES,
         version,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        timing.measure.as_secs_f64(),
-        timing.warmup.as_secs_f64(),
         timing.retry_delay.as_secs_f64() * 1000.0,
         EXPIRY.as_secs(),
     );

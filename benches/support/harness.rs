@@ -373,6 +373,18 @@ pub fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
+/// The middle value, or the mean of the two middle values of an even count; `None` if empty.
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
 fn micros(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
@@ -388,8 +400,10 @@ pub struct Row {
     pub workload: String,
     /// Concurrent tasks.
     pub tasks: u64,
-    /// The measured window in seconds.
+    /// The measured window in seconds (of all rounds together).
     pub secs: f64,
+    /// How many measured windows (rounds) were merged into this row; see [`Row::merge`].
+    pub rounds: u64,
     /// The retry delay configured, in ms.
     pub retry_ms: f64,
     /// Lock+unlock cycles completed inside the window.
@@ -447,6 +461,7 @@ impl Row {
             workload: workload.name().to_owned(),
             tasks: workload.tasks() as u64,
             secs: timing.measure.as_secs_f64(),
+            rounds: 1,
             retry_ms: timing.retry_delay.as_secs_f64() * 1000.0,
             ..Row::default()
         }
@@ -526,6 +541,68 @@ impl Row {
         }
     }
 
+    /// One row from the rounds of one contender (same runtime and workload), each measured in a
+    /// window of its own, so that the row covers every stretch of time the other contenders of
+    /// its group were measured in:
+    ///
+    /// - `cycles`, `secs`, `lock_failures`, `unlock_failures`, `violations`: sums;
+    ///   `cycles_per_s` = total cycles / total secs; `rounds`: how many rows were merged.
+    /// - CPU: a round's CPU time is `cpu_cores * secs` (what its window measured);
+    ///   `cpu_us_per_cycle` = total CPU time / total cycles (each round's value weighted by its
+    ///   cycles), `cpu_cores` = total CPU time / total secs, `cpu_sys_share` weighted by each
+    ///   round's CPU time.
+    /// - `p50_us`, `p99_us`, `handoff_p50_us`, `handoff_p99_us`: the median of the rounds' values
+    ///   (the mean of the two middle ones for an even count; the hand-off over the rounds that have
+    ///   one); not a percentile of all cycles, since a row keeps its percentiles, not its
+    ///   latencies. `mean_us`: the mean weighted by cycles, which is the mean of all cycles.
+    /// - `task_min`, `task_max`: the least and the most cycles one task completed in one round;
+    ///   `task_cv`: the mean of the rounds' values. The spread is per round, not over the sums.
+    /// - `error`: the error of the first round that has one, prefixed with its round number;
+    ///   ratios skip such a row (its numbers are not meaningful).
+    ///
+    /// Names and settings come from the first round; ratios are left unset. Each input is one
+    /// round: merged rows do not merge again (a median of medians is not the median).
+    pub fn merge(rounds: &[Row]) -> Row {
+        let first = rounds.first().cloned().unwrap_or_default();
+        let sum_u = |field: fn(&Row) -> u64| rounds.iter().map(field).sum::<u64>();
+        let sum_f = |field: fn(&Row) -> f64| rounds.iter().map(field).sum::<f64>();
+        let per = |total: f64, by: f64| if by > 0.0 { total / by } else { 0.0 };
+        let cycles = sum_u(|r| r.cycles);
+        let secs = sum_f(|r| r.secs);
+        let cpu_us = sum_f(|r| r.cpu_cores * r.secs * 1e6);
+        let sys_us = sum_f(|r| r.cpu_sys_share * r.cpu_cores * r.secs * 1e6);
+        Row {
+            contender: first.contender,
+            runtime: first.runtime,
+            workload: first.workload,
+            tasks: first.tasks,
+            secs,
+            rounds: rounds.len() as u64,
+            retry_ms: first.retry_ms,
+            cycles,
+            cycles_per_s: per(cycles as f64, secs),
+            p50_us: median(rounds.iter().map(|r| r.p50_us)).unwrap_or(0.0),
+            p99_us: median(rounds.iter().map(|r| r.p99_us)).unwrap_or(0.0),
+            mean_us: per(sum_f(|r| r.mean_us * r.cycles as f64), cycles as f64),
+            cpu_us_per_cycle: per(cpu_us, cycles as f64),
+            cpu_cores: per(cpu_us / 1e6, secs),
+            cpu_sys_share: per(sys_us, cpu_us),
+            lock_failures: sum_u(|r| r.lock_failures),
+            unlock_failures: sum_u(|r| r.unlock_failures),
+            handoff_p50_us: median(rounds.iter().filter_map(|r| r.handoff_p50_us)),
+            handoff_p99_us: median(rounds.iter().filter_map(|r| r.handoff_p99_us)),
+            task_min: rounds.iter().map(|r| r.task_min).min().unwrap_or(0),
+            task_max: rounds.iter().map(|r| r.task_max).max().unwrap_or(0),
+            task_cv: per(sum_f(|r| r.task_cv), rounds.len() as f64),
+            violations: sum_u(|r| r.violations),
+            error: rounds.iter().enumerate().find_map(|(i, r)| {
+                let error = r.error.as_ref()?;
+                Some(format!("round {} of {}: {error}", i + 1, rounds.len()))
+            }),
+            ..Row::default()
+        }
+    }
+
     /// One JSON object on one line (the format of `target/bench-compare.jsonl`), with `extra`
     /// fields (e.g. the run id) first.
     pub fn to_json(&self, extra: &[(&str, Json)]) -> String {
@@ -537,6 +614,7 @@ impl Row {
             ("workload", Json::Str(self.workload.clone())),
             ("tasks", Json::Num(self.tasks as f64)),
             ("secs", Json::Num(self.secs)),
+            ("rounds", Json::Num(self.rounds as f64)),
             ("retry_ms", Json::Num(self.retry_ms)),
             ("cycles", Json::Num(self.cycles as f64)),
             ("cycles_per_s", Json::Num(self.cycles_per_s)),
@@ -582,6 +660,8 @@ impl Row {
             workload: text("workload").ok_or("no workload")?,
             tasks: int("tasks"),
             secs: num("secs").unwrap_or(0.0),
+            // Lines written before rounds existed measured one window.
+            rounds: num("rounds").map_or(1, |n| n as u64),
             retry_ms: num("retry_ms").unwrap_or(0.0),
             cycles: int("cycles"),
             cycles_per_s: num("cycles_per_s").unwrap_or(0.0),
