@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Client instructions per lock+unlock cycle, counted by callgrind, for redmutex and its floors.
+#
+# Wall-clock CPU time on a shared 2-core machine moves 10-20 % between runs; instruction counts do
+# not. Each contender runs the compare benchmark twice under callgrind (2 s and 6 s measured, one
+# round), and the difference in instructions divided by the difference in cycles is the cost of
+# one cycle: start-up, connecting and warm-up cancel out. Only the client process is counted (the
+# redis-server nodes are other processes).
+#
+# Usage: bash benches/instructions.sh [runtime] [workload]
+#   runtime:  current (default) or multi;  workload: uncontended-32 (default), uncontended-1, ...
+# Takes about 2 minutes per contender. Needs valgrind (Debian's package valgrind; installed here
+# when running as root with apt-get).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runtime=${1:-current}
+workload=${2:-uncontended-32}
+
+if ! command -v valgrind >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing Debian's valgrind package" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind
+    else
+        echo "valgrind is missing: install Debian's package valgrind (apt-get install valgrind)" >&2
+        exit 1
+    fi
+fi
+
+binary=$(cargo bench --bench compare --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
+if [ -z "$binary" ]; then
+    echo "could not build the compare benchmark (cargo bench --bench compare --no-run)" >&2
+    exit 1
+fi
+results=${CARGO_TARGET_DIR:-target}/bench-compare.jsonl
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Instructions and cycles of one callgrind run of one contender.
+measure() {
+    local who=$1 secs=$2 out="$work/run"
+    BENCH_ROUNDS=1 BENCH_MEMORY_LOCKS=0 BENCH_SECS=$secs \
+        BENCH_ONLY="$runtime,$workload,$who" \
+        valgrind --tool=callgrind --callgrind-out-file="$out.cg" "$binary" --bench \
+        >"$out.txt" 2>"$out.err"
+    local instructions cycles
+    instructions=$(grep -o 'Collected : [0-9]*' "$out.err" | grep -o '[0-9]*$')
+    # The benchmark appends its rows to the results file; the last row is this run's.
+    cycles=$(grep '"kind":"cycles"' "$results" | tail -n 1 | grep -o '"cycles":[0-9]*' | cut -d: -f2)
+    echo "$instructions $cycles"
+}
+
+printf '%-20s %14s %10s\n' "contender" "instr/cycle" "vs floor"
+floor_cost=0
+for who in "floor wait-all" "redmutex default" "floor quorum" "redmutex fail-fast"; do
+    read -r short_instructions short_cycles < <(measure "$who" 2)
+    read -r long_instructions long_cycles < <(measure "$who" 6)
+    cost=$(((long_instructions - short_instructions) / (long_cycles - short_cycles)))
+    case $who in
+        floor*)
+            floor_cost=$cost
+            printf '%-20s %14d %10s\n' "$who" "$cost" "-"
+            ;;
+        *)
+            printf '%-20s %14d %10s\n' "$who" "$cost" \
+                "$(awk -v a="$cost" -v b="$floor_cost" 'BEGIN { printf "%.3f", a / b }')"
+            ;;
+    esac
+done
+echo "($runtime-thread runtime, $workload; 6 s minus 2 s runs; the client process only)"
