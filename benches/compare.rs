@@ -988,7 +988,7 @@ fn print_table(rows: &[(Who, usize, Row)], memory: &Memory, config: &Config, ver
     println!();
     println!(
         "contended-8: hand-off = one holder starting its unlock -> the next holder's lock returning; \
-         spread = acquisitions per task"
+         spread = acquisitions per task in one round"
     );
     println!(
         "{:<14} {:<18} {:>12} {:>12} {:>9} {:>9} {:>7} {:>10} {:>10}",

@@ -27,35 +27,55 @@ if ! command -v valgrind >/dev/null 2>&1; then
     fi
 fi
 
-binary=$(cargo bench --bench compare --no-run --message-format=json 2>/dev/null |
-    grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
-if [ -z "$binary" ]; then
+if ! build=$(cargo bench --bench compare --no-run --message-format=json); then
     echo "could not build the compare benchmark (cargo bench --bench compare --no-run)" >&2
     exit 1
 fi
-results=${CARGO_TARGET_DIR:-target}/bench-compare.jsonl
+binary=$(grep -o '"executable":"[^"]*"' <<<"$build" | tail -n 1 | cut -d'"' -f4)
+if [ -z "$binary" ]; then
+    echo "cargo did not name the compare benchmark's executable" >&2
+    exit 1
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# Instructions and cycles of one callgrind run of one contender.
+# Prints the instructions and cycles of one callgrind run of one contender.
 measure() {
     local who=$1 secs=$2 out="$work/run"
-    BENCH_ROUNDS=1 BENCH_MEMORY_LOCKS=0 BENCH_SECS=$secs \
+    if ! BENCH_ROUNDS=1 BENCH_MEMORY_LOCKS=0 BENCH_SECS=$secs \
         BENCH_ONLY="$runtime,$workload,$who" \
         valgrind --tool=callgrind --callgrind-out-file="$out.cg" "$binary" --bench \
-        >"$out.txt" 2>"$out.err"
+        >"$out.txt" 2>"$out.err"; then
+        echo "the benchmark failed under valgrind ($who, $secs s):" >&2
+        tail -n 20 "$out.err" >&2
+        return 1
+    fi
+    # The benchmark prints one JSON line per row; the selection must be exactly one good row.
+    local rows
+    rows=$(grep '"kind":"cycles"' "$out.txt" || true)
+    if [ "$(grep -c . <<<"$rows")" != 1 ] || ! grep -q '"error":null' <<<"$rows"; then
+        echo "expected one row without error for \"$runtime $workload $who\", got:" >&2
+        echo "${rows:-nothing}" >&2
+        return 1
+    fi
     local instructions cycles
     instructions=$(grep -o 'Collected : [0-9]*' "$out.err" | grep -o '[0-9]*$')
-    # The benchmark appends its rows to the results file; the last row is this run's.
-    cycles=$(grep '"kind":"cycles"' "$results" | tail -n 1 | grep -o '"cycles":[0-9]*' | cut -d: -f2)
+    cycles=$(grep -o '"cycles":[0-9]*' <<<"$rows" | cut -d: -f2)
     echo "$instructions $cycles"
 }
 
 printf '%-20s %14s %10s\n' "contender" "instr/cycle" "vs floor"
 floor_cost=0
 for who in "floor wait-all" "redmutex default" "floor quorum" "redmutex fail-fast"; do
-    read -r short_instructions short_cycles < <(measure "$who" 2)
-    read -r long_instructions long_cycles < <(measure "$who" 6)
+    # Not `read < <(measure ...)`: a failure in a process substitution would not stop the script.
+    short=$(measure "$who" 2)
+    long=$(measure "$who" 6)
+    read -r short_instructions short_cycles <<<"$short"
+    read -r long_instructions long_cycles <<<"$long"
+    if [ "$long_cycles" -le "$short_cycles" ]; then
+        echo "$who: the 6 s run completed no more cycles than the 2 s run" >&2
+        exit 1
+    fi
     cost=$(((long_instructions - short_instructions) / (long_cycles - short_cycles)))
     case $who in
         floor*)

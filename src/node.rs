@@ -1,4 +1,4 @@
-//! One Redis node: its shared connection, and one bounded call to it.
+//! One Redis node: its shared connection, and one call to it (bounded by the fan-out that makes it).
 
 use std::borrow::{Borrow, BorrowMut};
 use std::fmt;
@@ -290,7 +290,11 @@ impl Request {
                 Err(NodeErrorKind::Taken)
             }
             (_, Value::ServerError(error)) => Err(NodeErrorKind::Redis(error.into())),
-            (_, other) => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
+            // An error nested in an aggregate (say, from a proxy) is still the node's error.
+            (_, other) => match other.extract_error() {
+                Err(error) => Err(NodeErrorKind::Redis(error)),
+                Ok(other) => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
+            },
         }
     }
 }
@@ -412,10 +416,13 @@ mod tests {
     fn error_replies_are_redis_errors() {
         // The node's own errors arrive as values (see `NodeConnection::send`).
         let reply = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
+        let nested = Value::Array(vec![Value::Int(1), reply.clone()]);
         for op in [Op::Acquire, Op::Extend, Op::Release { notify: true }] {
-            match request(op).interpret(reply.clone()) {
-                Err(NodeErrorKind::Redis(error)) => assert_eq!(error.code(), Some("WRONGTYPE")),
-                other => panic!("{op:?}: {other:?}"),
+            for reply in [&reply, &nested] {
+                match request(op).interpret(reply.clone()) {
+                    Err(NodeErrorKind::Redis(error)) => assert_eq!(error.code(), Some("WRONGTYPE")),
+                    other => panic!("{op:?}: {other:?}"),
+                }
             }
         }
     }

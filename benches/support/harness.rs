@@ -563,6 +563,7 @@ impl Row {
     /// Names and settings come from the first round; ratios are left unset. Each input is one
     /// round: merged rows do not merge again (a median of medians is not the median).
     pub fn merge(rounds: &[Row]) -> Row {
+        debug_assert!(rounds.iter().all(|round| round.rounds == 1));
         let first = rounds.first().cloned().unwrap_or_default();
         let sum_u = |field: fn(&Row) -> u64| rounds.iter().map(field).sum::<u64>();
         let sum_f = |field: fn(&Row) -> f64| rounds.iter().map(field).sum::<f64>();
