@@ -124,21 +124,25 @@ pub(crate) async fn all(
     for slot in slots {
         let reply = match slot.reply {
             Some(reply) => reply,
-            None => {
-                request.follow_up(slot.connection);
-                tracing::trace!(
-                    op = request.op_name(),
-                    node = slot.node,
-                    ?timeout,
-                    "node timed out"
-                );
-                Err(NodeErrorKind::Timeout(timeout))
-            }
+            None => timed_out_reply(request, slot.node, slot.connection, timeout),
         };
         tally.add(slot.node, reply);
     }
     tally.close([]);
     tally
+}
+
+/// The reply of a node whose call was dropped at the deadline: a release by digest gets its
+/// follow-up on the node's connection.
+fn timed_out_reply(
+    request: &Request,
+    node: usize,
+    connection: NodeConnection,
+    timeout: Duration,
+) -> Reply {
+    request.follow_up(connection);
+    tracing::trace!(op = request.op_name(), node, ?timeout, "node timed out");
+    Err(NodeErrorKind::Timeout(timeout))
 }
 
 fn trace_reply(request: &Request, node: usize, reply: &Reply, started: Instant) {
@@ -223,9 +227,8 @@ async fn gather(
         // The calls still pending are dropped; a release by digest gets its follow-up.
         for (node, call) in calls.pending.drain(..) {
             drop(call);
-            request.follow_up(nodes[node].connection.clone());
-            tracing::trace!(op = request.op_name(), node, ?timeout, "node timed out");
-            tally.add(node, Err(NodeErrorKind::Timeout(timeout)));
+            let connection = nodes[node].connection.clone();
+            tally.add(node, timed_out_reply(&request, node, connection, timeout));
         }
     }
     tally.close(calls.pending.iter().map(|(node, _)| *node));

@@ -169,38 +169,7 @@ impl Request {
         millis: u64,
         delivery: Delivery,
     ) -> Self {
-        let cmd = match (op, delivery) {
-            (Op::Acquire, _) => {
-                // Sized up front: growing the buffers arg by arg costs more than the rest.
-                let mut cmd = Cmd::with_capacity(6, 24 + name.len() + value.len());
-                cmd.arg("SET")
-                    .arg(&**name)
-                    .arg(&**value)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(millis);
-                cmd
-            }
-            (Op::Extend, Delivery::ByDigest) => {
-                script_cmd("EVALSHA", &DIGESTS.extend, name, value, Some(millis))
-            }
-            (Op::Extend, Delivery::Inline) => script_cmd("EVAL", EXTEND, name, value, Some(millis)),
-            (Op::Release { notify }, Delivery::ByDigest) => {
-                let digest = if notify {
-                    &DIGESTS.release_notify
-                } else {
-                    &DIGESTS.release
-                };
-                script_cmd("EVALSHA", digest, name, value, None)
-            }
-            (Op::Release { notify }, Delivery::Inline) => {
-                script_cmd("EVAL", release_script(notify), name, value, None)
-            }
-            (Op::AcquireFenced, _) => {
-                fenced_cmd("EVALSHA", &DIGESTS.acquire_fenced, name, value, millis)
-            }
-            (Op::Raise(token), _) => fenced_cmd("EVALSHA", &DIGESTS.raise, name, value, token),
-        };
+        let cmd = command(op, delivery, name, value, millis);
         Request {
             op,
             delivery,
@@ -229,31 +198,15 @@ impl Request {
 
     /// The same script sent in full, for a node that does not have it cached (NOSCRIPT).
     fn eval_cmd(&self) -> Option<Cmd> {
-        match self.op {
-            Op::Acquire => None,
-            Op::Extend => Some(script_cmd(
-                "EVAL",
-                EXTEND,
-                &self.name,
-                &self.value,
-                Some(self.millis),
-            )),
-            Op::Release { notify } => Some(script_cmd(
-                "EVAL",
-                release_script(notify),
-                &self.name,
-                &self.value,
-                None,
-            )),
-            Op::AcquireFenced => Some(fenced_cmd(
-                "EVAL",
-                ACQUIRE_FENCED,
+        (self.op != Op::Acquire).then(|| {
+            command(
+                self.op,
+                Delivery::Inline,
                 &self.name,
                 &self.value,
                 self.millis,
-            )),
-            Op::Raise(token) => Some(fenced_cmd("EVAL", RAISE, &self.name, &self.value, token)),
-        }
+            )
+        })
     }
 
     /// After a release by digest timed out: the EVALSHA may still be queued at a stalled node, which
@@ -299,8 +252,51 @@ impl Request {
     }
 }
 
-fn release_script(notify: bool) -> &'static str {
-    if notify { RELEASE_NOTIFY } else { RELEASE }
+/// The command of `op`: SET, or for a script EVALSHA with its digest or EVAL with its text.
+fn command(op: Op, delivery: Delivery, name: &str, value: &str, millis: u64) -> Cmd {
+    let (verb, inline) = match delivery {
+        Delivery::ByDigest => ("EVALSHA", false),
+        Delivery::Inline => ("EVAL", true),
+    };
+    let script = |text: &'static str, digest: &'static str| if inline { text } else { digest };
+    match op {
+        Op::Acquire => {
+            // Sized up front: growing the buffers arg by arg costs more than the rest.
+            let mut cmd = Cmd::with_capacity(6, 24 + name.len() + value.len());
+            cmd.arg("SET")
+                .arg(name)
+                .arg(value)
+                .arg("NX")
+                .arg("PX")
+                .arg(millis);
+            cmd
+        }
+        Op::Extend => script_cmd(
+            verb,
+            script(EXTEND, &DIGESTS.extend),
+            name,
+            value,
+            Some(millis),
+        ),
+        Op::Release { notify: false } => {
+            script_cmd(verb, script(RELEASE, &DIGESTS.release), name, value, None)
+        }
+        Op::Release { notify: true } => script_cmd(
+            verb,
+            script(RELEASE_NOTIFY, &DIGESTS.release_notify),
+            name,
+            value,
+            None,
+        ),
+        Op::AcquireFenced => fenced_cmd(
+            verb,
+            script(ACQUIRE_FENCED, &DIGESTS.acquire_fenced),
+            name,
+            value,
+            millis,
+        ),
+        Op::Raise(token) => fenced_cmd(verb, script(RAISE, &DIGESTS.raise), name, value, token),
+    }
 }
 
 fn script_cmd(verb: &str, script: &str, name: &str, value: &str, millis: Option<u64>) -> Cmd {
