@@ -32,8 +32,9 @@
 //! `BENCH_ROUNDS` (rounds per row, default 3), `BENCH_WARMUP_MS` (before every round, default 500),
 //! `BENCH_RETRY_MS` (retry delay of every contender, default 2), `BENCH_MEMORY_LOCKS` (locks held
 //! at once in the memory test, default 100000; 0 skips it), `BENCH_ONLY` (run only the rows whose
-//! "runtime workload contender" contains every comma-separated word, e.g.
-//! `BENCH_ONLY=current,uncontended-32`; ratios need the floor rows to match too).
+//! "runtime workload contender" contains every comma-separated word, a word being alternatives
+//! split by `|`, e.g. `BENCH_ONLY=current,uncontended-32` or
+//! `BENCH_ONLY='multi,uncontended-32,wait-all|default'`; ratios need the floor rows to match too).
 //!
 //! Then the hand-off rows of wake-up on release (`benches/support/handoff.rs`): 8 tasks on one name
 //! with default settings, polling or woken by release notices, in one client or in 8
@@ -144,6 +145,13 @@ struct Config {
 }
 
 impl Config {
+    /// Whether `BENCH_ONLY` selects the row `label`.
+    fn selects(&self, label: &str) -> bool {
+        self.only
+            .iter()
+            .all(|word| word.split('|').any(|choice| label.contains(choice)))
+    }
+
     fn from_env() -> Result<Config, String> {
         let number = |name: &str, default: f64| -> Result<f64, String> {
             match std::env::var(name) {
@@ -231,7 +239,7 @@ fn main() -> ExitCode {
             for i in 0..Who::RUN.len() {
                 let who = Who::RUN[(i + shift) % Who::RUN.len()];
                 let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
-                if config.only.iter().all(|word| label.contains(word.as_str())) {
+                if config.selects(&label) {
                     seq += 1;
                     group.push((who, seq, Vec::with_capacity(rounds)));
                 }
@@ -270,7 +278,7 @@ fn main() -> ExitCode {
     let mut handoffs = Vec::new();
     for (i, &setup) in handoff::ROWS.iter().enumerate() {
         let label = handoff::label(setup.0, setup.1);
-        if !config.only.iter().all(|word| label.contains(word.as_str())) {
+        if !config.selects(&label) {
             continue;
         }
         eprintln!("compare: {label}");
