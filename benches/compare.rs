@@ -63,7 +63,7 @@ mod harness;
 #[path = "support/handoff.rs"]
 mod handoff;
 
-use harness::{Contender, EXPIRY, Flavor, Json, NODES, Row, TRIES, Timing, Workload};
+use harness::{Contender, EXPIRY, Flavor, Json, NODES, RoundRatios, Row, TRIES, Timing, Workload};
 
 /// Nodes that must agree.
 const QUORUM: usize = NODES / 2 + 1;
@@ -224,6 +224,7 @@ fn main() -> ExitCode {
     let memory = memory_test(&cluster, &urls, config.memory_locks);
 
     let mut rows = Vec::new();
+    let mut rounds_of = Vec::new();
     let total = Flavor::ALL.len() * Workload::ALL.len() * Who::RUN.len();
     let rounds = config.rounds as usize;
     let round_timing = Timing {
@@ -272,6 +273,7 @@ fn main() -> ExitCode {
             }
             for (who, seq, done) in group {
                 rows.push((who, seq, Row::merge(&done)));
+                rounds_of.push((seq, done));
             }
         }
     }
@@ -293,7 +295,7 @@ fn main() -> ExitCode {
             name,
         ));
     }
-    add_ratios(&mut rows);
+    add_ratios(&mut rows, &rounds_of);
     rows.sort_by_key(|(who, seq, row)| {
         (
             Flavor::ALL.iter().position(|f| f.name() == row.runtime),
@@ -708,14 +710,21 @@ fn first_line(text: &str) -> &str {
     text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")
 }
 
-/// Ratios of each row to its floor in the same runtime and workload.
-fn add_ratios(rows: &mut [(Who, usize, Row)]) {
-    let snapshot: Vec<(Who, Row)> = rows.iter().map(|(w, _, r)| (*w, r.clone())).collect();
-    for (who, _, row) in rows.iter_mut() {
+/// Ratios of each row to its floor in the same runtime and workload, over all rounds and round
+/// by round (`rounds_of`: each row's rounds, by its `seq`).
+fn add_ratios(rows: &mut [(Who, usize, Row)], rounds_of: &[(usize, Vec<Row>)]) {
+    let snapshot: Vec<(Who, usize, Row)> = rows.to_vec();
+    let rounds = |seq: usize| {
+        rounds_of
+            .iter()
+            .find(|(s, _)| *s == seq)
+            .map_or(&[][..], |(_, rounds)| rounds.as_slice())
+    };
+    for (who, seq, row) in rows.iter_mut() {
         let Some(base_who) = who.baseline() else {
             continue;
         };
-        let Some((_, base)) = snapshot.iter().find(|(w, r)| {
+        let Some((_, base_seq, base)) = snapshot.iter().find(|(w, _, r)| {
             *w == base_who && r.runtime == row.runtime && r.workload == row.workload
         }) else {
             continue;
@@ -724,6 +733,7 @@ fn add_ratios(rows: &mut [(Who, usize, Row)]) {
             continue;
         }
         let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
+        row.round_ratios = RoundRatios::of(rounds(*seq), rounds(*base_seq));
         row.vs = Some(base.contender.clone());
         row.throughput_ratio = ratio(row.cycles_per_s, base.cycles_per_s);
         row.p50_ratio = ratio(row.p50_us, base.p50_us);
@@ -1109,18 +1119,26 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
                 "cpu",
             ),
         ] {
-            let value = find(who, rt, workload).and_then(|r| match pick {
+            let row = find(who, rt, workload);
+            let value = row.and_then(|r| match pick {
                 "p50" => r.p50_ratio,
                 "thr" => r.throughput_ratio,
                 _ => r.cpu_ratio,
+            });
+            let spread = row.and_then(|r| r.round_ratios).map(|s| match pick {
+                "p50" => s.p50,
+                "thr" => s.throughput,
+                _ => s.cpu,
             });
             let goal = match pick {
                 "p50" => "<= 1.05",
                 "thr" => ">= 0.95",
                 _ => "<= 1.10",
             };
+            let rounds =
+                spread.map_or_else(String::new, |(lo, hi)| format!(", rounds {lo:.2}-{hi:.2}"));
             line.push_str(&format!(
-                "\n    {label:<30} {:>5} (goal {goal})",
+                "\n    {label:<30} {:>5} (goal {goal}{rounds})",
                 ratio(value)
             ));
         }

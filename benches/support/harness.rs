@@ -385,6 +385,44 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
     }
 }
 
+/// The lowest and highest per-round ratio of a row to its baseline, for each ratio a row has
+/// (see [`Row::round_ratios`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RoundRatios {
+    /// Of `throughput_ratio`.
+    pub throughput: (f64, f64),
+    /// Of `p50_ratio`.
+    pub p50: (f64, f64),
+    /// Of `cpu_ratio`.
+    pub cpu: (f64, f64),
+}
+
+impl RoundRatios {
+    /// From the rounds of a row and of its baseline, paired by round number; rounds with an
+    /// error on either side are left out. `None` if no pair is left.
+    pub fn of(rounds: &[Row], baseline: &[Row]) -> Option<RoundRatios> {
+        let pairs: Vec<(&Row, &Row)> = rounds
+            .iter()
+            .zip(baseline)
+            .filter(|(row, base)| row.error.is_none() && base.error.is_none())
+            .collect();
+        let range = |value: fn(&Row) -> f64| {
+            let ratios = pairs.iter().filter_map(|(row, base)| {
+                let base = value(base);
+                (base > 0.0).then(|| value(row) / base)
+            });
+            ratios.fold(None, |range: Option<(f64, f64)>, r| {
+                Some(range.map_or((r, r), |(lo, hi)| (lo.min(r), hi.max(r))))
+            })
+        };
+        Some(RoundRatios {
+            throughput: range(|r| r.cycles_per_s)?,
+            p50: range(|r| r.p50_us)?,
+            cpu: range(|r| r.cpu_us_per_cycle)?,
+        })
+    }
+}
+
 fn micros(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
@@ -449,6 +487,10 @@ pub struct Row {
     pub p99_ratio: Option<f64>,
     /// `cpu_us_per_cycle / baseline's` (lower is better).
     pub cpu_ratio: Option<f64>,
+    /// The same three ratios taken round by round (each round against the baseline's round of
+    /// the same number, measured next to it): their lowest and highest. How far one round's
+    /// ratio strays shows how far to trust a difference between two runs' ratios.
+    pub round_ratios: Option<RoundRatios>,
     /// Why the row has no numbers.
     pub error: Option<String>,
 }
@@ -638,6 +680,17 @@ impl Row {
             ("p50_ratio", Json::opt_num(self.p50_ratio)),
             ("p99_ratio", Json::opt_num(self.p99_ratio)),
             ("cpu_ratio", Json::opt_num(self.cpu_ratio)),
+        ]);
+        let spread = self.round_ratios.unwrap_or_default();
+        let have = self.round_ratios.is_some();
+        let num = |value: f64| if have { Json::Num(value) } else { Json::Null };
+        fields.extend([
+            ("throughput_ratio_min", num(spread.throughput.0)),
+            ("throughput_ratio_max", num(spread.throughput.1)),
+            ("p50_ratio_min", num(spread.p50.0)),
+            ("p50_ratio_max", num(spread.p50.1)),
+            ("cpu_ratio_min", num(spread.cpu.0)),
+            ("cpu_ratio_max", num(spread.cpu.1)),
             ("error", self.error.clone().map_or(Json::Null, Json::Str)),
         ]);
         Json::object(&fields)
@@ -685,6 +738,15 @@ impl Row {
             p50_ratio: num("p50_ratio"),
             p99_ratio: num("p99_ratio"),
             cpu_ratio: num("cpu_ratio"),
+            round_ratios: (|| {
+                let range =
+                    |key: &str| Some((num(&format!("{key}_min"))?, num(&format!("{key}_max"))?));
+                Some(RoundRatios {
+                    throughput: range("throughput_ratio")?,
+                    p50: range("p50_ratio")?,
+                    cpu: range("cpu_ratio")?,
+                })
+            })(),
             error: text("error"),
         })
     }
