@@ -285,27 +285,10 @@ async fn raise(
     // Only raises on the nodes whose counters went into the token count. A node whose acquire
     // reply came too late to be counted may hold our value and accept the raise; counting it lets
     // two holders end up with one token (found by the model check in tests/model_fencing.rs).
-    let raised = tally
-        .ours_nodes
-        .iter()
-        .filter(|node| counted.contains(node))
-        .count();
-    let needed = crate::quorum::quorum(nodes.len());
     // The raise round counts against the validity too.
     let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
-    if raised >= needed {
-        return left.map(|left| (left, Some(token))).ok_or(Error::Expired);
-    }
-    match tally.judge_extend(left) {
-        Err(error) => Err(error),
-        // A quorum only with nodes that were not counted: not enough.
-        Ok(_) => Err(Error::NoQuorum {
-            ok: raised,
-            quorum: needed,
-            total: nodes.len(),
-            failures: Vec::new(),
-        }),
-    }
+    let left = tally.judge_raise(counted, left)?;
+    Ok((left, Some(token)))
 }
 
 /// Releases the current value in the background if `acquire` is dropped before it returns.

@@ -153,6 +153,10 @@ pub enum NodeErrorKind {
     /// Fail-fast mode decided the outcome before this node answered.
     #[error("not awaited (fail-fast)")]
     NotAwaited,
+    /// Fencing: the node took the raise, but its acquire reply came too late for its counter to
+    /// go into the token, so it does not count towards the raise's quorum.
+    #[error("its counter was not counted into the token")]
+    NotCounted,
 }
 
 /// Formats node failures as `node 1: ...; node 3: ...`.

@@ -179,6 +179,28 @@ impl Tally {
         }
     }
 
+    /// The outcome of a fencing raise (`tally` tracks its nodes): like an extend, but only the
+    /// nodes in `counted`, whose counters went into the token, count towards the quorum. A node
+    /// that took the raise but was not counted is listed as [`NodeErrorKind::NotCounted`].
+    pub(crate) fn judge_raise(
+        mut self,
+        counted: &[usize],
+        validity: Option<Duration>,
+    ) -> Result<Duration, Error> {
+        let (raised, late): (Vec<usize>, Vec<usize>) = self
+            .ours_nodes
+            .iter()
+            .partition(|node| counted.contains(node));
+        for node in late {
+            let kind = NodeErrorKind::NotCounted;
+            self.failures.push(NodeError { node, kind });
+        }
+        self.failures.sort_by_key(|failure| failure.node);
+        self.ours = raised.len();
+        self.ours_nodes = raised;
+        self.judge_extend(validity)
+    }
+
     /// The outcome of an unlock.
     pub(crate) fn judge_release(self) -> Result<(), Error> {
         if self.foreign_quorum() {
@@ -405,6 +427,56 @@ mod tests {
             t.add(node, Ok(0));
         }
         assert!(t.release_decided(), "released on a quorum");
+    }
+
+    #[test]
+    fn a_raise_counts_only_the_nodes_whose_counters_made_the_token() {
+        let raise = |counted: &[usize]| {
+            // Nodes 0, 1, 3 and 4 took the raise; node 2 timed out.
+            let mut t = Tally::new(5);
+            t.track_nodes = true;
+            for node in [0, 1, 3, 4] {
+                t.add(node, Ok(0));
+            }
+            t.add(2, Err(timeout()));
+            t.close([]);
+            t.judge_raise(counted, Some(100 * MS))
+        };
+        assert_eq!(
+            raise(&[0, 1, 4]).ok(),
+            Some(100 * MS),
+            "three counted nodes took it"
+        );
+        // Counted 0, 1 and 2: only two of them took the raise, although four nodes did.
+        let Err(Error::NoQuorum {
+            ok,
+            quorum,
+            failures,
+            ..
+        }) = raise(&[0, 1, 2])
+        else {
+            panic!("two counted nodes are not a quorum of five");
+        };
+        assert_eq!((ok, quorum), (2, 3));
+        let listed: Vec<(usize, bool)> = failures
+            .iter()
+            .map(|f| (f.node, matches!(f.kind, NodeErrorKind::NotCounted)))
+            .collect();
+        assert_eq!(listed, [(2, false), (3, true), (4, true)]);
+    }
+
+    #[test]
+    fn a_raise_past_the_validity_has_expired() {
+        let mut t = Tally::new(3);
+        t.track_nodes = true;
+        for node in 0..3 {
+            t.add(node, Ok(0));
+        }
+        t.close([]);
+        assert!(matches!(
+            t.judge_raise(&[0, 1, 2], None),
+            Err(Error::Expired)
+        ));
     }
 
     #[test]
