@@ -1135,8 +1135,12 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
                 "thr" => ">= 0.95",
                 _ => "<= 1.10",
             };
-            let rounds =
-                spread.map_or_else(String::new, |(lo, hi)| format!(", rounds {lo:.2}-{hi:.2}"));
+            let rounds = spread.map_or_else(String::new, |s| {
+                format!(
+                    "; rounds: median {:.2}, {:.2}-{:.2}",
+                    s.median, s.min, s.max
+                )
+            });
             line.push_str(&format!(
                 "\n    {label:<30} {:>5} (goal {goal}{rounds})",
                 ratio(value)

@@ -385,16 +385,27 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
     }
 }
 
-/// The lowest and highest per-round ratio of a row to its baseline, for each ratio a row has
-/// (see [`Row::round_ratios`]).
+/// How one ratio of a row to its baseline came out round by round (see [`Row::round_ratios`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Spread {
+    /// The lowest round's ratio.
+    pub min: f64,
+    /// The median of the rounds' ratios: unlike the ratio of the totals, one disturbed round
+    /// barely moves it.
+    pub median: f64,
+    /// The highest round's ratio.
+    pub max: f64,
+}
+
+/// The per-round spread of each ratio a row has to its baseline.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RoundRatios {
     /// Of `throughput_ratio`.
-    pub throughput: (f64, f64),
+    pub throughput: Spread,
     /// Of `p50_ratio`.
-    pub p50: (f64, f64),
+    pub p50: Spread,
     /// Of `cpu_ratio`.
-    pub cpu: (f64, f64),
+    pub cpu: Spread,
 }
 
 impl RoundRatios {
@@ -406,19 +417,24 @@ impl RoundRatios {
             .zip(baseline)
             .filter(|(row, base)| row.error.is_none() && base.error.is_none())
             .collect();
-        let range = |value: fn(&Row) -> f64| {
-            let ratios = pairs.iter().filter_map(|(row, base)| {
-                let base = value(base);
-                (base > 0.0).then(|| value(row) / base)
-            });
-            ratios.fold(None, |range: Option<(f64, f64)>, r| {
-                Some(range.map_or((r, r), |(lo, hi)| (lo.min(r), hi.max(r))))
+        let spread = |value: fn(&Row) -> f64| {
+            let ratios: Vec<f64> = pairs
+                .iter()
+                .filter_map(|(row, base)| {
+                    let base = value(base);
+                    (base > 0.0).then(|| value(row) / base)
+                })
+                .collect();
+            Some(Spread {
+                min: ratios.iter().copied().reduce(f64::min)?,
+                median: median(ratios.iter().copied())?,
+                max: ratios.iter().copied().reduce(f64::max)?,
             })
         };
         Some(RoundRatios {
-            throughput: range(|r| r.cycles_per_s)?,
-            p50: range(|r| r.p50_us)?,
-            cpu: range(|r| r.cpu_us_per_cycle)?,
+            throughput: spread(|r| r.cycles_per_s)?,
+            p50: spread(|r| r.p50_us)?,
+            cpu: spread(|r| r.cpu_us_per_cycle)?,
         })
     }
 }
@@ -488,7 +504,7 @@ pub struct Row {
     /// `cpu_us_per_cycle / baseline's` (lower is better).
     pub cpu_ratio: Option<f64>,
     /// The same three ratios taken round by round (each round against the baseline's round of
-    /// the same number, measured next to it): their lowest and highest. How far one round's
+    /// the same number, measured next to it): lowest, median and highest. How far one round's
     /// ratio strays shows how far to trust a difference between two runs' ratios.
     pub round_ratios: Option<RoundRatios>,
     /// Why the row has no numbers.
@@ -685,12 +701,15 @@ impl Row {
         let have = self.round_ratios.is_some();
         let num = |value: f64| if have { Json::Num(value) } else { Json::Null };
         fields.extend([
-            ("throughput_ratio_min", num(spread.throughput.0)),
-            ("throughput_ratio_max", num(spread.throughput.1)),
-            ("p50_ratio_min", num(spread.p50.0)),
-            ("p50_ratio_max", num(spread.p50.1)),
-            ("cpu_ratio_min", num(spread.cpu.0)),
-            ("cpu_ratio_max", num(spread.cpu.1)),
+            ("throughput_ratio_min", num(spread.throughput.min)),
+            ("throughput_ratio_median", num(spread.throughput.median)),
+            ("throughput_ratio_max", num(spread.throughput.max)),
+            ("p50_ratio_min", num(spread.p50.min)),
+            ("p50_ratio_median", num(spread.p50.median)),
+            ("p50_ratio_max", num(spread.p50.max)),
+            ("cpu_ratio_min", num(spread.cpu.min)),
+            ("cpu_ratio_median", num(spread.cpu.median)),
+            ("cpu_ratio_max", num(spread.cpu.max)),
             ("error", self.error.clone().map_or(Json::Null, Json::Str)),
         ]);
         Json::object(&fields)
@@ -739,12 +758,17 @@ impl Row {
             p99_ratio: num("p99_ratio"),
             cpu_ratio: num("cpu_ratio"),
             round_ratios: (|| {
-                let range =
-                    |key: &str| Some((num(&format!("{key}_min"))?, num(&format!("{key}_max"))?));
+                let spread = |key: &str| {
+                    Some(Spread {
+                        min: num(&format!("{key}_min"))?,
+                        median: num(&format!("{key}_median"))?,
+                        max: num(&format!("{key}_max"))?,
+                    })
+                };
                 Some(RoundRatios {
-                    throughput: range("throughput_ratio")?,
-                    p50: range("p50_ratio")?,
-                    cpu: range("cpu_ratio")?,
+                    throughput: spread("throughput_ratio")?,
+                    p50: spread("p50_ratio")?,
+                    cpu: spread("cpu_ratio")?,
                 })
             })(),
             error: text("error"),
