@@ -1119,16 +1119,13 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
                 "cpu",
             ),
         ] {
-            let row = find(who, rt, workload);
-            let value = row.and_then(|r| match pick {
-                "p50" => r.p50_ratio,
-                "thr" => r.throughput_ratio,
-                _ => r.cpu_ratio,
-            });
-            let spread = row.and_then(|r| r.round_ratios).map(|s| match pick {
-                "p50" => s.p50,
-                "thr" => s.throughput,
-                _ => s.cpu,
+            let (value, spread) = find(who, rt, workload).map_or((None, None), |r| {
+                let rounds = r.round_ratios;
+                match pick {
+                    "p50" => (r.p50_ratio, rounds.map(|s| s.p50)),
+                    "thr" => (r.throughput_ratio, rounds.map(|s| s.throughput)),
+                    _ => (r.cpu_ratio, rounds.map(|s| s.cpu)),
+                }
             });
             let goal = match pick {
                 "p50" => "<= 1.05",

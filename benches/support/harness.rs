@@ -386,7 +386,7 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 }
 
 /// How one ratio of a row to its baseline came out round by round (see [`Row::round_ratios`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Spread {
     /// The lowest round's ratio.
     pub min: f64,
@@ -398,7 +398,7 @@ pub struct Spread {
 }
 
 /// The per-round spread of each ratio a row has to its baseline.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RoundRatios {
     /// Of `throughput_ratio`.
     pub throughput: Spread,
@@ -697,19 +697,18 @@ impl Row {
             ("p99_ratio", Json::opt_num(self.p99_ratio)),
             ("cpu_ratio", Json::opt_num(self.cpu_ratio)),
         ]);
-        let spread = self.round_ratios.unwrap_or_default();
-        let have = self.round_ratios.is_some();
-        let num = |value: f64| if have { Json::Num(value) } else { Json::Null };
+        let round =
+            |stat: fn(&RoundRatios) -> f64| Json::opt_num(self.round_ratios.as_ref().map(stat));
         fields.extend([
-            ("throughput_ratio_min", num(spread.throughput.min)),
-            ("throughput_ratio_median", num(spread.throughput.median)),
-            ("throughput_ratio_max", num(spread.throughput.max)),
-            ("p50_ratio_min", num(spread.p50.min)),
-            ("p50_ratio_median", num(spread.p50.median)),
-            ("p50_ratio_max", num(spread.p50.max)),
-            ("cpu_ratio_min", num(spread.cpu.min)),
-            ("cpu_ratio_median", num(spread.cpu.median)),
-            ("cpu_ratio_max", num(spread.cpu.max)),
+            ("throughput_ratio_min", round(|r| r.throughput.min)),
+            ("throughput_ratio_median", round(|r| r.throughput.median)),
+            ("throughput_ratio_max", round(|r| r.throughput.max)),
+            ("p50_ratio_min", round(|r| r.p50.min)),
+            ("p50_ratio_median", round(|r| r.p50.median)),
+            ("p50_ratio_max", round(|r| r.p50.max)),
+            ("cpu_ratio_min", round(|r| r.cpu.min)),
+            ("cpu_ratio_median", round(|r| r.cpu.median)),
+            ("cpu_ratio_max", round(|r| r.cpu.max)),
             ("error", self.error.clone().map_or(Json::Null, Json::Str)),
         ]);
         Json::object(&fields)
@@ -757,20 +756,8 @@ impl Row {
             p50_ratio: num("p50_ratio"),
             p99_ratio: num("p99_ratio"),
             cpu_ratio: num("cpu_ratio"),
-            round_ratios: (|| {
-                let spread = |key: &str| {
-                    Some(Spread {
-                        min: num(&format!("{key}_min"))?,
-                        median: num(&format!("{key}_median"))?,
-                        max: num(&format!("{key}_max"))?,
-                    })
-                };
-                Some(RoundRatios {
-                    throughput: spread("throughput_ratio")?,
-                    p50: spread("p50_ratio")?,
-                    cpu: spread("cpu_ratio")?,
-                })
-            })(),
+            // Lines read back are single rounds from the peer's process: no ratios yet.
+            round_ratios: None,
             error: text("error"),
         })
     }
