@@ -201,7 +201,7 @@ async fn attempt_once(
     } else {
         Op::Acquire
     };
-    let request = Request::new(op, mutex.name_arc(), value, plan.millis);
+    let request = Request::new(op, mutex.target(), value, plan.millis);
     let (mut tally, in_flight) = if plan.fail_fast {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await
     } else {
@@ -244,7 +244,7 @@ async fn attempt_once(
             }
             let release = fanout::release(
                 Arc::clone(nodes),
-                Arc::clone(mutex.name_arc()),
+                Arc::clone(mutex.target()),
                 Arc::clone(value),
                 plan,
                 Delivery::Inline,
@@ -280,7 +280,7 @@ async fn raise(
     counted: &[usize],
 ) -> Result<(Duration, Option<u64>), Error> {
     let nodes = mutex.redlock().nodes();
-    let request = Request::new(Op::Raise(token), mutex.name_arc(), value, plan.millis);
+    let request = Request::new(Op::Raise(token), mutex.target(), value, plan.millis);
     let tally = fanout::all(nodes, request, plan.node_timeout, plan.shuffle_nodes).await;
     // Only raises on the nodes whose counters went into the token count. A node whose acquire
     // reply came too late to be counted may hold our value and accept the raise; counting it lets
@@ -307,7 +307,7 @@ impl Drop for CancelGuard<'_> {
         if self.armed {
             fanout::spawn_release(
                 Arc::clone(self.mutex.redlock().nodes()),
-                Arc::clone(self.mutex.name_arc()),
+                Arc::clone(self.mutex.target()),
                 Arc::clone(&self.value),
                 self.plan,
             );

@@ -14,6 +14,7 @@ use crate::error::NodeErrorKind;
 use crate::node::{Delivery, Node, NodeConnection, Op, Request, call};
 use crate::quorum::Tally;
 use crate::settings::Plan;
+use crate::target::Target;
 
 /// One node's answer.
 type Reply = Result<u64, NodeErrorKind>;
@@ -119,7 +120,7 @@ pub(crate) async fn all(
     // cautious side (one "ours" fewer), and only for a task that polls much else at once.
     let timed_out = timeout_at((started + timeout).into(), calls).await.is_err();
     debug_assert!(timed_out || slots.iter().all(|slot| slot.reply.is_some()));
-    let mut tally = Tally::new(nodes.len());
+    let mut tally = Tally::new(nodes.len(), request.quorum(nodes.len()));
     tally.track_nodes = request.is_fenced();
     for slot in slots {
         let reply = match slot.reply {
@@ -207,7 +208,7 @@ async fn gather(
     let deadline = started + timeout;
     let mut timer = pin!(sleep_until(deadline.into()));
     let mut calls = fan_out(nodes, &request, shuffle);
-    let mut tally = Tally::new(nodes.len());
+    let mut tally = Tally::new(nodes.len(), request.quorum(nodes.len()));
     tally.track_nodes = request.is_fenced();
     let timed_out = poll_fn(|cx| {
         // Each wake-up takes every reply that is in, even after the verdict is decided: those
@@ -316,7 +317,7 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Releases `value` on every node.
 pub(crate) fn release(
     nodes: Arc<[Node]>,
-    name: Arc<str>,
+    target: Arc<Target>,
     value: Arc<str>,
     plan: &Plan,
     delivery: Delivery,
@@ -326,7 +327,7 @@ pub(crate) fn release(
     let (timeout, millis, notify) = (plan.node_timeout, plan.millis, plan.wake_on_release);
     async move {
         let request =
-            Request::with_delivery(Op::Release { notify }, &name, &value, millis, delivery);
+            Request::with_delivery(Op::Release { notify }, &target, &value, millis, delivery);
         all(&nodes, request, timeout, false).await
     }
 }
@@ -335,14 +336,14 @@ pub(crate) fn release(
 /// `Tally::release_decided`). The calls still in flight finish in the background.
 pub(crate) async fn release_until_decided(
     nodes: &Arc<[Node]>,
-    name: &Arc<str>,
+    target: &Arc<Target>,
     value: &Arc<str>,
     plan: &Plan,
 ) -> (Tally, Option<Stragglers>) {
     let notify = plan.wake_on_release;
     let request = Request::with_delivery(
         Op::Release { notify },
-        name,
+        target,
         value,
         plan.millis,
         Delivery::ByDigest,
@@ -354,8 +355,8 @@ pub(crate) async fn release_until_decided(
 
 /// Best-effort release in a background task: for handles dropped without `unlock()` and for
 /// cancelled acquisitions. Without a tokio runtime nothing is sent and the keys expire on their own.
-pub(crate) fn spawn_release(nodes: Arc<[Node]>, name: Arc<str>, value: Arc<str>, plan: &Plan) {
+pub(crate) fn spawn_release(nodes: Arc<[Node]>, target: Arc<Target>, value: Arc<str>, plan: &Plan) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(release(nodes, name, value, plan, Delivery::Inline));
+        runtime.spawn(release(nodes, target, value, plan, Delivery::Inline));
     }
 }

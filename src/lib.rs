@@ -14,6 +14,7 @@ mod redact;
 mod redlock;
 mod scripts;
 mod settings;
+mod target;
 mod value;
 mod wake;
 
@@ -51,7 +52,8 @@ pub mod internals {
     /// Counts `ok` successes and `failed` timeouts out of `ok + failed` nodes and judges an acquire,
     /// as one attempt does after its replies are in.
     pub fn judge_acquire(ok: usize, failed: usize, validity: Option<Duration>) -> bool {
-        let mut tally = crate::quorum::Tally::new(ok + failed);
+        let total = ok + failed;
+        let mut tally = crate::quorum::Tally::new(total, crate::quorum::quorum(total));
         for node in 0..ok {
             tally.add(node, Ok(0));
         }

@@ -184,6 +184,25 @@ impl Lock {
         self.held.mutex.name()
     }
 
+    /// Every name the lock covers: one for a lock of a [`Mutex`] over one name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(1);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:c").lock().await?;
+    /// let names: Vec<&str> = lock.names().collect();
+    /// assert_eq!(names, ["job:c"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.held.mutex.target().names().iter().map(|name| &**name)
+    }
+
     /// Resets the expiry to the mutex's expiry on every node where the key still holds this lock's
     /// value (compare-and-PEXPIRE), and moves [`valid_until`](Lock::valid_until) on success.
     ///
@@ -222,7 +241,7 @@ impl Lock {
         // A release of a failed unlock must not land after this extend.
         self.cancel_in_flight();
         let mutex = &self.held.mutex;
-        let request = Request::new(Op::Extend, mutex.name_arc(), &self.held.value, plan.millis);
+        let request = Request::new(Op::Extend, mutex.target(), &self.held.value, plan.millis);
         let start = Instant::now();
         let tally = fanout::all(
             mutex.redlock().nodes(),
@@ -302,12 +321,12 @@ impl Lock {
         // No SET of this lock may land after its release.
         self.cancel_in_flight();
         let mutex = &self.held.mutex;
-        let (nodes, name, value) = (mutex.redlock().nodes(), mutex.name_arc(), &self.held.value);
+        let (nodes, target, value) = (mutex.redlock().nodes(), mutex.target(), &self.held.value);
         let (tally, in_flight) = if plan.fail_fast {
-            fanout::release_until_decided(nodes, name, value, plan).await
+            fanout::release_until_decided(nodes, target, value, plan).await
         } else {
-            let (nodes, name, value) = (Arc::clone(nodes), Arc::clone(name), Arc::clone(value));
-            let tally = fanout::release(nodes, name, value, plan, Delivery::ByDigest).await;
+            let (nodes, target, value) = (Arc::clone(nodes), Arc::clone(target), Arc::clone(value));
+            let tally = fanout::release(nodes, target, value, plan, Delivery::ByDigest).await;
             (tally, None)
         };
         let (ok, total) = (tally.ours, tally.total);
@@ -412,7 +431,7 @@ impl Drop for Held {
         };
         fanout::spawn_release(
             Arc::clone(self.mutex.redlock().nodes()),
-            Arc::clone(self.mutex.name_arc()),
+            Arc::clone(self.mutex.target()),
             Arc::clone(&self.value),
             plan,
         );

@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::lock::Lock;
 use crate::redlock::Redlock;
 use crate::settings::{Plan, Settings};
+use crate::target::Target;
 
 /// A distributed mutex for one resource name: configuration only, no lock state.
 ///
@@ -65,21 +66,20 @@ pub struct Mutex {
 /// locks; setters make their own copy.
 #[derive(Clone)]
 struct Config {
-    name: Arc<str>,
+    target: Arc<Target>,
     settings: Settings,
     /// Checked once per change of settings, not on every operation.
     plan: Result<Plan, Error>,
 }
 
 impl Mutex {
-    pub(crate) fn new(redlock: Redlock, name: String) -> Self {
-        let name: Arc<str> = name.into();
+    pub(crate) fn new(redlock: Redlock, target: Target) -> Self {
         let settings = Settings::default();
-        let plan = settings.plan(&name);
+        let plan = settings.plan(&target);
         Mutex {
             redlock,
             config: Arc::new(Config {
-                name,
+                target: Arc::new(target),
                 settings,
                 plan,
             }),
@@ -90,7 +90,7 @@ impl Mutex {
     fn with_settings(mut self, change: impl FnOnce(&mut Settings)) -> Self {
         let config = Arc::make_mut(&mut self.config);
         change(&mut config.settings);
-        config.plan = config.settings.plan(&config.name);
+        config.plan = config.settings.plan(&config.target);
         self
     }
 
@@ -384,7 +384,7 @@ impl Mutex {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        &self.config.name
+        self.config.target.first()
     }
 
     /// The expiry as configured.
@@ -526,15 +526,21 @@ impl Mutex {
         &self.redlock
     }
 
+    /// The name that waiting and traces go by.
     pub(crate) fn name_arc(&self) -> &Arc<str> {
-        &self.config.name
+        self.config.target.first()
+    }
+
+    /// What the lock covers.
+    pub(crate) fn target(&self) -> &Arc<Target> {
+        &self.config.target
     }
 }
 
 impl fmt::Debug for Mutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mutex")
-            .field("name", &self.config.name)
+            .field("target", &self.config.target)
             .field("settings", &self.config.settings)
             .field("nodes", &self.redlock.len())
             .finish()

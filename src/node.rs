@@ -10,7 +10,8 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
 use crate::error::NodeErrorKind;
-use crate::scripts::{ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
+use crate::scripts::{ACQUIRE_FENCED, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
+use crate::target::Target;
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
 ///
@@ -116,24 +117,19 @@ impl fmt::Debug for Node {
     }
 }
 
-/// What a request does to the lock's key.
+/// What a request does to the lock's keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
-    /// `SET name value NX PX expiry`.
+    /// Take the lock where it is free (`SET name value NX PX expiry` for a mutex).
     Acquire,
     /// Compare-and-PEXPIRE.
     Extend,
     /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `wake`).
     Release { notify: bool },
-    /// SET NX PX that also reads the fencing counter.
+    /// Acquire that also reads the fencing counter.
     AcquireFenced,
     /// Raise the fencing counter to a token where our value holds the lock.
     Raise(u64),
-}
-
-/// The key of a name's fencing counter: beside the lock key, never expiring, kept across unlocks.
-pub(crate) fn counter_key(name: &str) -> String {
-    format!("{name}:fence")
 }
 
 /// How a script travels to the nodes.
@@ -152,32 +148,37 @@ pub(crate) struct Request {
     op: Op,
     delivery: Delivery,
     cmd: Cmd,
-    name: Arc<str>,
+    target: Arc<Target>,
     value: Arc<str>,
     millis: u64,
 }
 
 impl Request {
-    pub(crate) fn new(op: Op, name: &Arc<str>, value: &Arc<str>, millis: u64) -> Self {
-        Request::with_delivery(op, name, value, millis, Delivery::ByDigest)
+    pub(crate) fn new(op: Op, target: &Arc<Target>, value: &Arc<str>, millis: u64) -> Self {
+        Request::with_delivery(op, target, value, millis, Delivery::ByDigest)
     }
 
     pub(crate) fn with_delivery(
         op: Op,
-        name: &Arc<str>,
+        target: &Arc<Target>,
         value: &Arc<str>,
         millis: u64,
         delivery: Delivery,
     ) -> Self {
-        let cmd = command(op, delivery, name, value, millis);
+        let cmd = target.command(op, delivery, value, millis);
         Request {
             op,
             delivery,
             cmd,
-            name: Arc::clone(name),
+            target: Arc::clone(target),
             value: Arc::clone(value),
             millis,
         }
+    }
+
+    /// How many of `nodes` nodes must agree on this request's outcome.
+    pub(crate) fn quorum(&self, nodes: usize) -> usize {
+        self.target.quorum(nodes)
     }
 
     /// Whether the request belongs to a fenced acquisition, whose replies must say which nodes
@@ -196,16 +197,12 @@ impl Request {
         }
     }
 
-    /// The same script sent in full, for a node that does not have it cached (NOSCRIPT).
+    /// The same script sent in full, for a node that does not have it cached (NOSCRIPT). `None`
+    /// when the command is no script.
     fn eval_cmd(&self) -> Option<Cmd> {
-        (self.op != Op::Acquire).then(|| {
-            command(
-                self.op,
-                Delivery::Inline,
-                &self.name,
-                &self.value,
-                self.millis,
-            )
+        self.target.is_script(self.op).then(|| {
+            self.target
+                .command(self.op, Delivery::Inline, &self.value, self.millis)
         })
     }
 
@@ -229,12 +226,19 @@ impl Request {
 
     /// Reads a node's reply as "ours" (with the fencing counter, 0 where not asked for), "taken",
     /// "missing" or a failure.
+    ///
+    /// One convention for every target: a plain SET answers OK or nil; an acquire script answers
+    /// the fencing counter (0 or more) when it took the lock and -1 when another owner holds it;
+    /// every other script answers 1 when it acted on our value, 0 when the key is gone and -1 when
+    /// it holds another owner's value. A script that refuses for any other reason answers an error.
     fn interpret(&self, reply: Value) -> Result<u64, NodeErrorKind> {
         match (self.op, reply) {
             (Op::Acquire, Value::Okay) => Ok(0),
             (Op::Acquire, Value::Nil) => Err(NodeErrorKind::Taken),
-            (Op::AcquireFenced, Value::Int(-1)) => Err(NodeErrorKind::Taken),
-            (Op::AcquireFenced, Value::Int(counter)) if counter >= 0 => Ok(counter.unsigned_abs()),
+            (Op::Acquire | Op::AcquireFenced, Value::Int(-1)) => Err(NodeErrorKind::Taken),
+            (Op::Acquire | Op::AcquireFenced, Value::Int(counter)) if counter >= 0 => {
+                Ok(counter.unsigned_abs())
+            }
             (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(1)) => Ok(0),
             (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(0)) => {
                 Err(NodeErrorKind::Missing)
@@ -250,76 +254,6 @@ impl Request {
             },
         }
     }
-}
-
-/// The command of `op`: SET, or for a script EVALSHA with its digest or EVAL with its text.
-fn command(op: Op, delivery: Delivery, name: &str, value: &str, millis: u64) -> Cmd {
-    let (verb, inline) = match delivery {
-        Delivery::ByDigest => ("EVALSHA", false),
-        Delivery::Inline => ("EVAL", true),
-    };
-    let script = |text: &'static str, digest: &'static str| if inline { text } else { digest };
-    match op {
-        Op::Acquire => {
-            // Sized up front: growing the buffers arg by arg costs more than the rest.
-            let mut cmd = Cmd::with_capacity(6, 24 + name.len() + value.len());
-            cmd.arg("SET")
-                .arg(name)
-                .arg(value)
-                .arg("NX")
-                .arg("PX")
-                .arg(millis);
-            cmd
-        }
-        Op::Extend => script_cmd(
-            verb,
-            script(EXTEND, &DIGESTS.extend),
-            name,
-            value,
-            Some(millis),
-        ),
-        Op::Release { notify: false } => {
-            script_cmd(verb, script(RELEASE, &DIGESTS.release), name, value, None)
-        }
-        Op::Release { notify: true } => script_cmd(
-            verb,
-            script(RELEASE_NOTIFY, &DIGESTS.release_notify),
-            name,
-            value,
-            None,
-        ),
-        Op::AcquireFenced => fenced_cmd(
-            verb,
-            script(ACQUIRE_FENCED, &DIGESTS.acquire_fenced),
-            name,
-            value,
-            millis,
-        ),
-        Op::Raise(token) => fenced_cmd(verb, script(RAISE, &DIGESTS.raise), name, value, token),
-    }
-}
-
-fn script_cmd(verb: &str, script: &str, name: &str, value: &str, millis: Option<u64>) -> Cmd {
-    let mut cmd = Cmd::with_capacity(6, 32 + script.len() + name.len() + value.len());
-    cmd.arg(verb).arg(script).arg(1).arg(name).arg(value);
-    if let Some(millis) = millis {
-        cmd.arg(millis);
-    }
-    cmd
-}
-
-/// A script over the lock key and its fencing counter, with one number argument.
-fn fenced_cmd(verb: &str, script: &str, name: &str, value: &str, number: u64) -> Cmd {
-    let counter = counter_key(name);
-    let mut cmd = Cmd::with_capacity(7, 40 + script.len() + 2 * name.len() + value.len());
-    cmd.arg(verb)
-        .arg(script)
-        .arg(2)
-        .arg(name)
-        .arg(counter)
-        .arg(value)
-        .arg(number);
-    cmd
 }
 
 /// A short description of an unexpected reply; long replies are cut so errors stay readable.
@@ -379,7 +313,8 @@ mod tests {
     use super::*;
 
     fn request(op: Op) -> Request {
-        Request::new(op, &Arc::from("name"), &Arc::from("value"), 8000)
+        let target = Arc::new(Target::name("name".into()));
+        Request::new(op, &target, &Arc::from("value"), 8000)
     }
 
     #[test]
@@ -427,16 +362,5 @@ mod tests {
     fn long_unexpected_replies_are_cut() {
         let reply = Value::BulkString(vec![b'x'; 10_000]);
         assert!(describe(&reply).len() <= 123);
-    }
-
-    #[test]
-    fn set_is_built_as_redlock_requires() {
-        let packed = request(Op::Acquire).cmd.get_packed_command();
-        let text = String::from_utf8_lossy(&packed);
-        let words: Vec<&str> = text
-            .split("\r\n")
-            .filter(|w| !w.starts_with(['*', '$']))
-            .collect();
-        assert_eq!(words[..6], ["SET", "name", "value", "NX", "PX", "8000"]);
     }
 }

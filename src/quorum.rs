@@ -56,12 +56,16 @@ pub(crate) struct Tally {
     pub max_counter: u64,
     /// Nodes asked.
     pub total: usize,
+    /// Nodes that must agree (`quorum(total)` for a mutex).
+    pub needed: usize,
 }
 
 impl Tally {
-    pub(crate) fn new(total: usize) -> Self {
+    /// A tally of `total` nodes of which `needed` must agree.
+    pub(crate) fn new(total: usize, needed: usize) -> Self {
         Tally {
             total,
+            needed,
             ..Tally::default()
         }
     }
@@ -101,7 +105,7 @@ impl Tally {
     /// and it is also settled whether a quorum holds another owner's value (`Taken` must not depend
     /// on which replies happened to come first).
     pub(crate) fn decided(&self) -> bool {
-        let needed = quorum(self.total);
+        let needed = self.needed;
         let pending = self.total - self.answered;
         let foreign = self.foreign.len();
         self.ours >= needed
@@ -111,7 +115,7 @@ impl Tally {
     /// Like [`decided`](Tally::decided), for a release: its verdict also tells a lock that expired
     /// (a quorum gone or foreign) from one that could not be reached, so that must be settled too.
     pub(crate) fn release_decided(&self) -> bool {
-        let needed = quorum(self.total);
+        let needed = self.needed;
         let pending = self.total - self.answered;
         let gone = self.foreign.len() + self.missing;
         self.decided() && (self.ours >= needed || gone >= needed || gone + pending < needed)
@@ -127,21 +131,21 @@ impl Tally {
     }
 
     fn has_quorum(&self) -> bool {
-        self.ours >= quorum(self.total)
+        self.ours >= self.needed
     }
 
     fn foreign_quorum(&self) -> bool {
-        self.foreign.len() >= quorum(self.total)
+        self.foreign.len() >= self.needed
     }
 
     fn gone_quorum(&self) -> bool {
-        self.foreign.len() + self.missing >= quorum(self.total)
+        self.foreign.len() + self.missing >= self.needed
     }
 
     fn no_quorum(self) -> Error {
         Error::NoQuorum {
             ok: self.ours,
-            quorum: quorum(self.total),
+            quorum: self.needed,
             total: self.total,
             failures: self.failures,
         }
@@ -222,7 +226,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn tally(replies: &[Result<u64, NodeErrorKind>]) -> Tally {
-        let mut tally = Tally::new(replies.len());
+        let mut tally = Tally::new(replies.len(), quorum(replies.len()));
         for (node, reply) in replies.iter().enumerate() {
             tally.add(node, reply.clone());
         }
@@ -374,14 +378,14 @@ mod tests {
 
     #[test]
     fn decided_as_soon_as_the_outcome_cannot_change() {
-        let mut t = Tally::new(5);
+        let mut t = Tally::new(5, 3);
         t.add(0, Ok(0));
         t.add(1, Ok(0));
         assert!(!t.decided(), "2 of 5, 3 pending");
         t.add(2, Ok(0));
         assert!(t.decided(), "quorum reached");
 
-        let mut t = Tally::new(5);
+        let mut t = Tally::new(5, 3);
         t.add(0, Err(timeout()));
         t.add(1, Err(NodeErrorKind::Taken));
         assert!(!t.decided(), "3 pending could still make a quorum");
@@ -396,7 +400,7 @@ mod tests {
             "1 pending can make neither 3 ours nor 3 foreign"
         );
 
-        let mut t = Tally::new(5);
+        let mut t = Tally::new(5, 3);
         t.add(0, Err(NodeErrorKind::Taken));
         t.add(1, Err(NodeErrorKind::Taken));
         t.add(2, Err(timeout()));
@@ -410,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_release_is_decided_only_once_expired_or_not_is_settled() {
-        let mut t = Tally::new(5);
+        let mut t = Tally::new(5, 3);
         t.add(0, Err(NodeErrorKind::Missing));
         t.add(1, Err(NodeErrorKind::Missing));
         t.add(2, Err(timeout()));
@@ -422,7 +426,7 @@ mod tests {
         t.add(3, Err(NodeErrorKind::Missing));
         assert!(t.release_decided());
 
-        let mut t = Tally::new(5);
+        let mut t = Tally::new(5, 3);
         for node in 0..3 {
             t.add(node, Ok(0));
         }
@@ -433,7 +437,7 @@ mod tests {
     fn a_raise_counts_only_the_nodes_whose_counters_made_the_token() {
         let raise = |counted: &[usize]| {
             // Nodes 0, 1, 3 and 4 took the raise; node 2 timed out.
-            let mut t = Tally::new(5);
+            let mut t = Tally::new(5, 3);
             t.track_nodes = true;
             for node in [0, 1, 3, 4] {
                 t.add(node, Ok(0));
@@ -467,7 +471,7 @@ mod tests {
 
     #[test]
     fn a_raise_past_the_validity_has_expired() {
-        let mut t = Tally::new(3);
+        let mut t = Tally::new(3, 2);
         t.track_nodes = true;
         for node in 0..3 {
             t.add(node, Ok(0));
@@ -481,7 +485,7 @@ mod tests {
 
     #[test]
     fn close_marks_pending_nodes_and_sorts() {
-        let mut t = Tally::new(3);
+        let mut t = Tally::new(3, 2);
         t.add(2, Err(timeout()));
         t.add(0, Err(NodeErrorKind::Taken));
         t.close([1]);
@@ -552,7 +556,7 @@ mod tests {
 
             // Fail-fast: once `decided`, no completion of the remaining replies changes success.
             let answered = rng.random_range(0..=n);
-            let mut partial = Tally::new(n);
+            let mut partial = Tally::new(n, quorum(n));
             for (node, reply) in replies[..answered].iter().enumerate() {
                 partial.add(node, reply.clone());
             }
@@ -573,7 +577,7 @@ mod tests {
                 );
             }
             // A fail-fast release: once decided, the early verdict is the one all replies give.
-            let mut partial = Tally::new(n);
+            let mut partial = Tally::new(n, quorum(n));
             for (node, reply) in replies[..answered].iter().enumerate() {
                 partial.add(node, reply.clone());
             }

@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::mutex::Mutex;
 use crate::node::{Node, NodeConnection};
 use crate::redact::redact_url;
+use crate::target::Target;
 use crate::wake::{Hub, Listeners};
 
 /// How long the background connection warm-up waits for a node.
@@ -219,7 +220,7 @@ impl Redlock {
     /// # }
     /// ```
     pub fn new_mutex(&self, name: impl Into<String>) -> Mutex {
-        Mutex::new(self.clone(), name.into())
+        Mutex::new(self.clone(), Target::name(name.into().into()))
     }
 
     /// The number of nodes.

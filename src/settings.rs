@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::delay::RetryDelay;
 use crate::error::Error;
 use crate::quorum::expiry_millis;
+use crate::target::Target;
 
 /// Default time a lock is held before the nodes drop it: 8 s.
 pub(crate) const DEFAULT_EXPIRY: Duration = Duration::from_secs(8);
@@ -98,10 +99,8 @@ impl Plan {
 
 impl Settings {
     /// Checks every rule, so that nothing invalid ever reaches a node.
-    pub(crate) fn plan(&self, name: &str) -> Result<Plan, Error> {
-        if name.is_empty() {
-            return Err(Error::config("name", "must not be empty"));
-        }
+    pub(crate) fn plan(&self, target: &Target) -> Result<Plan, Error> {
+        target.check()?;
         if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
             return Err(Error::config(
                 "expiry",
@@ -166,6 +165,10 @@ pub(crate) fn check_value(value: &str) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    fn target(name: &str) -> Target {
+        Target::name(name.into())
+    }
+
     fn field(result: Result<Plan, Error>) -> String {
         match result {
             Err(Error::Config { field, .. }) => field,
@@ -176,7 +179,7 @@ mod tests {
     #[test]
     fn defaults_match_redsync() {
         let plan = Settings::default()
-            .plan("name")
+            .plan(&target("name"))
             .expect("defaults are valid");
         assert_eq!(plan.expiry, Duration::from_secs(8));
         assert_eq!(plan.millis, 8000);
@@ -193,28 +196,28 @@ mod tests {
             f(&mut s);
             s
         };
-        assert_eq!(field(Settings::default().plan("")), "name");
+        assert_eq!(field(Settings::default().plan(&target(""))), "name");
         for bad in [Duration::ZERO, Duration::from_micros(999), MAX_EXPIRY * 2] {
             let s = Settings {
                 expiry: bad,
                 ..Settings::default()
             };
-            assert_eq!(field(s.plan("n")), "expiry", "{bad:?}");
+            assert_eq!(field(s.plan(&target("n"))), "expiry", "{bad:?}");
         }
-        assert_eq!(field(with(|s| s.tries = 0).plan("n")), "tries");
+        assert_eq!(field(with(|s| s.tries = 0).plan(&target("n"))), "tries");
         for bad in [-0.1, 1.0, 2.0, f64::NAN, f64::INFINITY] {
             let s = Settings {
                 drift_factor: bad,
                 ..Settings::default()
             };
-            assert_eq!(field(s.plan("n")), "drift_factor", "{bad}");
+            assert_eq!(field(s.plan(&target("n"))), "drift_factor", "{bad}");
         }
         for bad in [0.0, -1.0, 1.0, f64::NAN] {
             let s = Settings {
                 timeout_factor: bad,
                 ..Settings::default()
             };
-            assert_eq!(field(s.plan("n")), "timeout_factor", "{bad}");
+            assert_eq!(field(s.plan(&target("n"))), "timeout_factor", "{bad}");
         }
     }
 
@@ -227,12 +230,12 @@ mod tests {
             tries: 1,
             ..Settings::default()
         };
-        assert!(s.plan("n").is_ok());
+        assert!(s.plan(&target("n")).is_ok());
         let s = Settings {
             expiry: MAX_EXPIRY,
             ..Settings::default()
         };
-        assert!(s.plan("n").is_ok());
+        assert!(s.plan(&target("n")).is_ok());
     }
 
     #[test]
