@@ -9,10 +9,10 @@ use crate::error::Error;
 use crate::fanout;
 use crate::lock::{Lock, deadline};
 use crate::mutex::Mutex;
-use crate::node::{self, Delivery, Op, Request};
+use crate::node::{Delivery, Op, Request};
 use crate::quorum::{Tally, validity, whole_millis};
 use crate::settings::Plan;
-use crate::wake::Watch;
+use crate::waiting::Waiting;
 
 /// The release of a failed attempt.
 enum Cleanup {
@@ -22,7 +22,18 @@ enum Cleanup {
     Background(JoinHandle<bool>),
 }
 
-/// Makes up to `tries` attempts to acquire `mutex`, starting with `value`.
+impl Cleanup {
+    /// Whether every node answered the release, once it is done.
+    async fn confirmed(self) -> bool {
+        match self {
+            Cleanup::Done { confirmed } => confirmed,
+            Cleanup::Background(task) => task.await.unwrap_or(false),
+        }
+    }
+}
+
+/// Makes up to `tries` attempts to acquire `mutex`, starting with `value`, waiting between them
+/// as the mutex's settings say (see `waiting`).
 pub(crate) async fn acquire(
     mutex: &Mutex,
     plan: &Plan,
@@ -35,38 +46,14 @@ pub(crate) async fn acquire(
         value,
         armed: true,
     };
-    // With wake-up on release: this call's place in line, from its first failed attempt on.
-    let mut watch: Option<Watch> = None;
-    // Whether the wait before this attempt ended with a wake-up.
-    let mut woken = false;
-    if plan.wake_on_release
-        && tries > 1
-        && let Some(hub) = mutex.redlock().running_hub()
-        && hub.has_waiters(mutex.name_arc())
-    {
-        // Others of this client already wait for the name: the lock is held, or is being handed
-        // to one of them. Queue behind them rather than send an attempt bound to fail, and
-        // rather than barge ahead of them. No try is spent; the retry delay still bounds the wait.
-        let (joined, _) = hub.watch(mutex.name_arc(), Instant::now());
-        woken = Box::pin(wait_in_line(
-            mutex,
-            plan,
-            &joined,
-            plan.retry_delay_after(1),
-        ))
-        .await;
-        watch = Some(joined);
-    }
+    let mut waiting = Waiting::new(mutex, plan, tries);
+    waiting.before_first_attempt().await;
     let mut attempt = 1;
     loop {
         let started = Instant::now();
-        if let Some(watch) = &watch {
-            watch.rearm(started);
-        }
+        waiting.attempt_starts(started);
         let outcome = attempt_once(mutex, plan, &guard.value, started).await;
-        if let (Some(watch), true) = (&watch, woken) {
-            watch.woken_attempt(outcome.is_ok());
-        }
+        waiting.attempt_ended(outcome.is_ok());
         match &outcome {
             Ok(lock) => tracing::debug!(
                 attempt,
@@ -79,106 +66,27 @@ pub(crate) async fn acquire(
         let cleanup = match outcome {
             Ok(lock) => {
                 guard.armed = false;
-                if let Some(watch) = watch {
-                    watch.done();
-                }
+                waiting.acquired();
                 return Ok(lock);
             }
             Err((error, _)) if attempt >= tries => {
                 // Whatever the attempt set is released, or being released in the background.
                 guard.armed = false;
-                // Dropped, not done: a wake-up that came during this last attempt passes on to
-                // the next waiter in line.
-                drop(watch);
                 return Err(error);
             }
             Err((_, cleanup)) => cleanup,
         };
-        // Computed before the await: the thread-local generator must not live across it.
-        let delay = plan.retry_delay_after(attempt);
-        let mut retry_now = false;
-        if watch.is_none()
-            && plan.wake_on_release
-            && let Some(hub) = mutex.redlock().hub()
-        {
-            let (joined, subscribing) = hub.watch(mutex.name_arc(), started);
-            watch = Some(joined);
-            if let Some(subscribing) = subscribing {
-                // Nobody listened for this name: a release between the failed attempt and the
-                // subscription taking effect went unheard. One more attempt, once the nodes
-                // confirmed, covers that gap.
-                Box::pin(subscribing.confirmed(plan.node_timeout)).await;
-                retry_now = true;
-            }
-        }
-        let pause = async {
-            match &watch {
-                _ if retry_now => false,
-                Some(watch) => Box::pin(wait_in_line(mutex, plan, watch, delay)).await,
-                None => {
-                    tokio::time::sleep(delay).await;
-                    false
-                }
-            }
-        };
         // The next attempt reuses the value, so this attempt's release must be done before it
         // starts, or it could delete the next attempt's keys.
-        let confirmed;
-        (woken, confirmed) = match cleanup {
-            Cleanup::Done { confirmed } => (pause.await, confirmed),
-            Cleanup::Background(task) => {
-                let (woken, confirmed) = futures::join!(pause, task);
-                (woken, confirmed.unwrap_or(false))
-            }
-        };
-        if !confirmed || plan.wake_on_release {
+        let ((), confirmed) = futures::join!(waiting.wait(attempt, started), cleanup.confirmed());
+        if !confirmed || waiting.fresh_values() {
             // A release that timed out is still queued; should the connection be re-made, it
             // could run after the next attempt's SET on the new connection and delete that key.
             // A fresh value makes such a late release harmless. It is still on its way, so the
             // old value needs no release of ours any more.
-            // With wake-up on release, a release notice names the released value, and waiters
-            // treat a value as one release: the next attempt must not release the same value
-            // again (see `wake`).
             guard.value = mutex.new_value()?;
         }
         attempt += 1;
-    }
-}
-
-/// Waits for a wake-up by release notices, or `delay` at most; `true` if woken.
-///
-/// A woken waiter first pauses for its name's current spread (see `wake`). A pause means that
-/// woken waiters of several clients have been racing for the name: after it, one node is asked
-/// whether the name is still free (one command, where an attempt costs one per node), and if
-/// another client's waiter got there first, this one goes back to waiting.
-///
-/// Boxed where it is awaited, as is the subscription's confirmation (a timer and the listeners'
-/// replies): inline, they would grow every `lock()` future, waiting or not, by half (1.5 to
-/// 2.3 KB).
-async fn wait_in_line(mutex: &Mutex, plan: &Plan, watch: &Watch, delay: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + delay;
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep_until(deadline) => return false,
-            () = watch.woken() => {}
-        }
-        let woken_at = Instant::now();
-        let (pause, node) = watch.pause();
-        tracing::trace!(?pause, "woken by a release");
-        // Even a zero sleep waits for the timer's next tick (1 ms).
-        if pause.is_zero() {
-            return true;
-        }
-        tokio::time::sleep(pause).await;
-        let connection = mutex.redlock().nodes()[node].connection.clone();
-        match node::exists(connection, mutex.name(), plan.node_timeout).await {
-            Some(true) => {
-                tracing::trace!(node, "taken again before the attempt");
-                watch.wait_again(woken_at);
-            }
-            // Free, or no answer: the attempt will tell.
-            _ => return true,
-        }
     }
 }
 

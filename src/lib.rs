@@ -6,6 +6,7 @@ mod error;
 mod fanout;
 mod fenced;
 mod keep_alive;
+mod line;
 mod lock;
 mod mutex;
 mod node;
@@ -16,6 +17,7 @@ mod scripts;
 mod settings;
 mod target;
 mod value;
+mod waiting;
 mod wake;
 
 pub use error::{Error, NodeError, NodeErrorKind};
