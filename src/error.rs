@@ -157,6 +157,18 @@ pub enum NodeErrorKind {
     /// go into the token, so it does not count towards the raise's quorum.
     #[error("its counter was not counted into the token")]
     NotCounted,
+    /// Fair waiting ([`Mutex::with_fair`](crate::Mutex::with_fair)): the lock is held, or promised
+    /// to waiters ahead in line; the node keeps this waiter's place. Counts as [`Taken`](Self::Taken)
+    /// towards [`Error::Taken`].
+    #[error("waiting in line")]
+    InLine,
+    /// Fair waiting: the node did not take this waiter into its line, because it has taken a ticket
+    /// at least as high already (a waiter must never join ahead of one that joined before it).
+    #[error("ticket refused: the line has reached ticket {latest}")]
+    TicketRefused {
+        /// The highest ticket the node has taken.
+        latest: u64,
+    },
 }
 
 /// Formats node failures as `node 1: ...; node 3: ...`.

@@ -10,7 +10,7 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
 use crate::error::NodeErrorKind;
-use crate::scripts::{ACQUIRE_FENCED, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
+use crate::scripts::{ACQUIRE_FENCED, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY, fair};
 use crate::target::Target;
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
@@ -91,7 +91,15 @@ impl NodeConnection {
 
     /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
     pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
-        for script in [RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE] {
+        for script in [
+            RELEASE,
+            RELEASE_NOTIFY,
+            EXTEND,
+            ACQUIRE_FENCED,
+            RAISE,
+            fair::ROUND,
+            fair::RELEASE,
+        ] {
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
                 .await?
                 .extract_error()?;
@@ -124,12 +132,16 @@ pub(crate) enum Op {
     Acquire,
     /// Compare-and-PEXPIRE.
     Extend,
-    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `wake`).
-    Release { notify: bool },
+    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `wake`); with
+    /// `hand_off`, also leave the fair line and hand the lock to its head (see `waiting::fair`).
+    Release { notify: bool, hand_off: bool },
     /// Acquire that also reads the fencing counter.
     AcquireFenced,
     /// Raise the fencing counter to a token where our value holds the lock.
     Raise(u64),
+    /// A fair waiter's round: take the lock if it is our turn, else join the line with this
+    /// ticket, or renew our place in it.
+    Round { ticket: u64 },
 }
 
 /// How a script travels to the nodes.
@@ -181,16 +193,16 @@ impl Request {
         self.target.quorum(nodes)
     }
 
-    /// Whether the request belongs to a fenced acquisition, whose replies must say which nodes
-    /// counted.
-    pub(crate) fn is_fenced(&self) -> bool {
-        matches!(self.op, Op::AcquireFenced | Op::Raise(_))
+    /// Whether the tally must list which nodes said "ours": for a fenced acquisition (which nodes
+    /// counted into the token) and for a fair round (where we stand).
+    pub(crate) fn tracks_nodes(&self) -> bool {
+        matches!(self.op, Op::AcquireFenced | Op::Raise(_) | Op::Round { .. })
     }
 
     /// What the request does, for traces.
     pub(crate) fn op_name(&self) -> &'static str {
         match self.op {
-            Op::Acquire | Op::AcquireFenced => "acquire",
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } => "acquire",
             Op::Extend => "extend",
             Op::Release { .. } => "release",
             Op::Raise(_) => "raise",
@@ -238,6 +250,18 @@ impl Request {
             (Op::Acquire | Op::AcquireFenced, Value::Int(-1)) => Err(NodeErrorKind::Taken),
             (Op::Acquire | Op::AcquireFenced, Value::Int(counter)) if counter >= 0 => {
                 Ok(counter.unsigned_abs())
+            }
+            (Op::Round { .. }, Value::Array(reply)) if reply.len() == 2 => {
+                match (&reply[0], &reply[1]) {
+                    (Value::Int(1), _) => Ok(0),
+                    (Value::Int(0), _) => Err(NodeErrorKind::InLine),
+                    (Value::Int(-1), Value::Int(latest)) => Err(NodeErrorKind::TicketRefused {
+                        latest: latest.unsigned_abs(),
+                    }),
+                    _ => Err(NodeErrorKind::UnexpectedReply(describe(&Value::Array(
+                        reply,
+                    )))),
+                }
             }
             (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(1)) => Ok(0),
             (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(0)) => {
@@ -325,7 +349,13 @@ mod tests {
             acquire.interpret(Value::Nil),
             Err(NodeErrorKind::Taken)
         ));
-        for op in [Op::Extend, Op::Release { notify: false }] {
+        for op in [
+            Op::Extend,
+            Op::Release {
+                notify: false,
+                hand_off: false,
+            },
+        ] {
             let r = request(op);
             assert!(r.interpret(Value::Int(1)).is_ok());
             assert!(matches!(
@@ -348,7 +378,14 @@ mod tests {
         // The node's own errors arrive as values (see `NodeConnection::send`).
         let reply = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
         let nested = Value::Array(vec![Value::Int(1), reply.clone()]);
-        for op in [Op::Acquire, Op::Extend, Op::Release { notify: true }] {
+        for op in [
+            Op::Acquire,
+            Op::Extend,
+            Op::Release {
+                notify: true,
+                hand_off: false,
+            },
+        ] {
             for reply in [&reply, &nested] {
                 match request(op).interpret(reply.clone()) {
                     Err(NodeErrorKind::Redis(error)) => assert_eq!(error.code(), Some("WRONGTYPE")),

@@ -83,7 +83,7 @@ impl Tally {
             }
             Err(kind) => {
                 match kind {
-                    NodeErrorKind::Taken => self.foreign.push(node),
+                    NodeErrorKind::Taken | NodeErrorKind::InLine => self.foreign.push(node),
                     NodeErrorKind::Missing => self.missing += 1,
                     _ => {}
                 }

@@ -6,6 +6,8 @@
 
 use std::sync::LazyLock;
 
+pub(crate) mod fair;
+
 /// Compare-and-delete: `KEYS[1]` = name, `ARGV[1]` = value.
 pub(crate) const RELEASE: &str = r#"
 local current = redis.call('GET', KEYS[1])

@@ -15,7 +15,7 @@ use redis::Cmd;
 use crate::error::Error;
 use crate::node::{Delivery, Op};
 use crate::quorum::quorum;
-use crate::scripts::{ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
+use crate::scripts::{ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY, fair};
 
 /// The keys a lock holds and the rules that go with them.
 pub(crate) struct Target {
@@ -97,14 +97,26 @@ impl Target {
                 value,
                 Some(millis),
             ),
-            (Kind::Name, Op::Release { notify: false }) => script_cmd(
+            (Kind::Name, Op::Release { hand_off: true, .. }) => line_cmd(
+                verb.script(fair::RELEASE, &fair::DIGESTS.release),
+                verb,
+                name,
+                &[value],
+            ),
+            (Kind::Name, Op::Round { ticket }) => line_cmd(
+                verb.script(fair::ROUND, &fair::DIGESTS.round),
+                verb,
+                name,
+                &[value, &millis.to_string(), &ticket.to_string()],
+            ),
+            (Kind::Name, Op::Release { notify: false, .. }) => script_cmd(
                 verb.script(RELEASE, &DIGESTS.release),
                 verb,
                 name,
                 value,
                 None,
             ),
-            (Kind::Name, Op::Release { notify: true }) => script_cmd(
+            (Kind::Name, Op::Release { notify: true, .. }) => script_cmd(
                 verb.script(RELEASE_NOTIFY, &DIGESTS.release_notify),
                 verb,
                 name,
@@ -169,6 +181,25 @@ fn script_cmd(script: &str, verb: Verb, name: &str, value: &str, millis: Option<
     cmd.arg(verb.word()).arg(script).arg(1).arg(name).arg(value);
     if let Some(millis) = millis {
         cmd.arg(millis);
+    }
+    cmd
+}
+
+/// A script over the lock key and its fair line (see `scripts::fair`).
+fn line_cmd(script: &str, verb: Verb, name: &str, args: &[&str]) -> Cmd {
+    let line = format!("{name}:line");
+    let until = format!("{name}:line:until");
+    let ticket = format!("{name}:ticket");
+    let mut cmd = Cmd::with_capacity(7 + args.len(), 64 + script.len() + 4 * name.len());
+    cmd.arg(verb.word())
+        .arg(script)
+        .arg(4)
+        .arg(name)
+        .arg(line)
+        .arg(until)
+        .arg(ticket);
+    for arg in args {
+        cmd.arg(*arg);
     }
     cmd
 }

@@ -6,7 +6,7 @@
 //! [`Line`] per name somebody waits on: the line decides whom a notice wakes. A waiter holds a
 //! [`Place`] from its first wait to the end of its `lock()` call.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use crate::line::{Line, WaiterId};
 use crate::quorum::quorum;
 use crate::scripts::NOTICE_PREFIX;
+use crate::scripts::fair::GRANT_MARK;
 
 /// How long a name stays subscribed after its last waiter left. Waiters on a busy name come and
 /// go; each fresh subscription costs a round trip and one extra attempt (see `waiting`).
@@ -111,10 +112,56 @@ pub(crate) struct Hub {
 
 #[derive(Default)]
 struct State {
-    lines: HashMap<Arc<str>, Line>,
-    /// How to wake each waiter of every line.
+    names: HashMap<Arc<str>, Waiters>,
+    /// How to wake each waiter of every name.
     wakers: HashMap<WaiterId, Arc<Notify>>,
     next_id: WaiterId,
+}
+
+/// This client's waiters for one name.
+struct Waiters {
+    /// Those woken by release notices (wake-up on release).
+    line: Line,
+    /// Those in the fair line, by the fingerprint of their value (see `waiting::fair`).
+    turns: HashMap<String, Handed>,
+    /// Hand-offs to fingerprints nobody here claimed: a call whose round joined the line a moment
+    /// ago claims them when it takes its turn.
+    unclaimed: VecDeque<(String, usize)>,
+    /// The highest ticket the name's notices mentioned.
+    latest_ticket: u64,
+    /// Since when nobody waits.
+    idle_since: Option<Instant>,
+}
+
+/// What the notices told one fair waiter since it last looked.
+struct Handed {
+    id: WaiterId,
+    /// Nodes that handed it the lock.
+    nodes: Vec<usize>,
+    /// A node freed the lock without handing it to anyone: a round may find it free.
+    freed: bool,
+}
+
+/// How many unclaimed hand-offs a name remembers.
+const UNCLAIMED: usize = 16;
+
+impl Waiters {
+    fn new(nodes: usize, quorum: usize) -> Waiters {
+        Waiters {
+            line: Line::new(nodes, quorum),
+            turns: HashMap::new(),
+            unclaimed: VecDeque::new(),
+            latest_ticket: 0,
+            idle_since: None,
+        }
+    }
+
+    /// Notes the time if nobody waits any more.
+    fn left(&mut self, now: Instant) {
+        if !self.line.has_waiters() && self.turns.is_empty() {
+            self.idle_since = Some(now);
+        }
+    }
 }
 
 impl State {
@@ -124,6 +171,15 @@ impl State {
             // A wake-up before the waiter awaits it leaves a permit, so none is lost.
             wake.notify_one();
         }
+    }
+
+    /// A new waiter's id, and how to wake it.
+    fn new_waiter(&mut self) -> (WaiterId, Arc<Notify>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let wake = Arc::new(Notify::new());
+        self.wakers.insert(id, Arc::clone(&wake));
+        (id, wake)
     }
 }
 
@@ -143,6 +199,21 @@ impl Hub {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The waiters of `name`, subscribing the nodes to its notices if nobody listened for it.
+    fn waiters<'s>(
+        &self,
+        state: &'s mut State,
+        name: &Arc<str>,
+        subscribing: &mut Option<Subscribing>,
+    ) -> &'s mut Waiters {
+        let waiters = state.names.entry(Arc::clone(name)).or_insert_with(|| {
+            *subscribing = Some(self.subscribe(name));
+            Waiters::new(self.nodes, self.quorum)
+        });
+        waiters.idle_since = None;
+        waiters
+    }
+
     /// Puts a waiter for `name` in line, counting notices received after `since`. Subscribes the
     /// nodes to the name if nobody listened for it; then the returned `Subscribing` resolves once
     /// they confirmed.
@@ -153,16 +224,12 @@ impl Hub {
     ) -> (Place, Option<Subscribing>) {
         let mut state = self.state();
         self.sweep(&mut state, Instant::now());
-        let id = state.next_id;
-        state.next_id += 1;
-        let wake = Arc::new(Notify::new());
-        state.wakers.insert(id, Arc::clone(&wake));
+        let (id, wake) = state.new_waiter();
         let mut subscribing = None;
-        let line = state.lines.entry(Arc::clone(name)).or_insert_with(|| {
-            subscribing = Some(self.subscribe(name));
-            Line::new(self.nodes, self.quorum)
-        });
-        let woken = line.join(id, since);
+        let woken = self
+            .waiters(&mut state, name, &mut subscribing)
+            .line
+            .join(id, since);
         state.wake(woken);
         drop(state);
         let place = Place {
@@ -173,6 +240,36 @@ impl Hub {
             done: false,
         };
         (place, subscribing)
+    }
+
+    /// Registers a fair waiter of `name`, named by `fingerprint` in hand-off notices, and
+    /// subscribes like [`join`](Hub::join).
+    pub(crate) fn take_turn(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        fingerprint: &str,
+    ) -> (Turn, Option<Subscribing>) {
+        let mut state = self.state();
+        self.sweep(&mut state, Instant::now());
+        let (id, wake) = state.new_waiter();
+        let mut subscribing = None;
+        let waiters = self.waiters(&mut state, name, &mut subscribing);
+        let mut handed = Handed {
+            id,
+            nodes: Vec::new(),
+            freed: false,
+        };
+        claim(&mut waiters.unclaimed, fingerprint, &mut handed);
+        waiters.turns.insert(fingerprint.to_owned(), handed);
+        drop(state);
+        let turn = Turn {
+            hub: Arc::clone(self),
+            name: Arc::clone(name),
+            fingerprint: fingerprint.to_owned(),
+            id,
+            wake,
+        };
+        (turn, subscribing)
     }
 
     /// Asks every listener to subscribe to `name`'s notices.
@@ -190,29 +287,65 @@ impl Hub {
         }
     }
 
-    /// Whether some `lock()` call of this client waits in line for `name`.
+    /// Whether some `lock()` call of this client waits in line for `name` (fair waiters aside).
     pub(crate) fn has_waiters(&self, name: &str) -> bool {
-        self.state().lines.get(name).is_some_and(Line::has_waiters)
+        self.state()
+            .names
+            .get(name)
+            .is_some_and(|waiters| waiters.line.has_waiters())
     }
 
-    /// A node reported the release of `release` (the value) on `name`.
-    fn notice(&self, node: usize, name: &str, release: &[u8], now: Instant) {
+    /// A node's notice on `name`: a release (the payload is the released value) or a hand-off
+    /// (see `scripts::fair::GRANT_MARK`).
+    fn notice(&self, node: usize, name: &str, payload: &[u8], now: Instant) {
         let mut state = self.state();
-        let Some(line) = state.lines.get_mut(name) else {
+        let Some(waiters) = state.names.get_mut(name) else {
             return;
         };
-        let woken = line.hear(node, release, now);
+        if let Some(grant) = payload.strip_prefix(&[GRANT_MARK]) {
+            let Some((fingerprint, ticket)) = parse_grant(grant) else {
+                return;
+            };
+            waiters.latest_ticket = waiters.latest_ticket.max(ticket);
+            let woken = match waiters.turns.get_mut(fingerprint) {
+                Some(handed) => {
+                    handed.nodes.push(node);
+                    Some(handed.id)
+                }
+                None => {
+                    if waiters.unclaimed.len() == UNCLAIMED {
+                        waiters.unclaimed.pop_front();
+                    }
+                    waiters.unclaimed.push_back((fingerprint.to_owned(), node));
+                    None
+                }
+            };
+            state.wake(woken);
+            return;
+        }
+        let woken = waiters.line.hear(node, payload, now);
         if woken.is_some() {
             tracing::trace!(node, "woken by release notices");
         }
+        // The lock is free on that node and nobody was in line there: the fair waiter of this
+        // client that came first may find it free on a quorum.
+        let first_turn = waiters
+            .turns
+            .values_mut()
+            .min_by_key(|handed| handed.id)
+            .map(|handed| {
+                handed.freed = true;
+                handed.id
+            });
         state.wake(woken);
+        state.wake(first_turn);
     }
 
     /// The channels of every name somebody listens for, to subscribe a listener after it
     /// (re)connected.
     fn channels(&self) -> Vec<String> {
         self.state()
-            .lines
+            .names
             .keys()
             .map(|name| channel(name))
             .collect()
@@ -220,8 +353,10 @@ impl Hub {
 
     /// Drops names nobody waited on for [`LINGER`], and unsubscribes the nodes from them.
     fn sweep(&self, state: &mut State, now: Instant) {
-        state.lines.retain(|name, line| {
-            let stale = line.idle_for(LINGER, now);
+        state.names.retain(|name, waiters| {
+            let stale = waiters
+                .idle_since
+                .is_some_and(|idle| now.duration_since(idle) >= LINGER);
             if stale {
                 for commands in &self.commands {
                     let _ = commands.send(Command::Unsubscribe(channel(name)));
@@ -235,6 +370,25 @@ impl Hub {
         let mut state = self.state();
         self.sweep(&mut state, Instant::now());
     }
+}
+
+/// Reads a hand-off notice after its mark: the fingerprint of the new holder's value, a space,
+/// and the node's latest ticket.
+fn parse_grant(grant: &[u8]) -> Option<(&str, u64)> {
+    let text = std::str::from_utf8(grant).ok()?;
+    let (fingerprint, ticket) = text.split_once(' ')?;
+    Some((fingerprint, ticket.parse().ok()?))
+}
+
+/// Moves the hand-offs to `fingerprint` that nobody had claimed into `handed`.
+fn claim(unclaimed: &mut VecDeque<(String, usize)>, fingerprint: &str, handed: &mut Handed) {
+    unclaimed.retain(|(unclaimed, node)| {
+        let ours = unclaimed == fingerprint;
+        if ours {
+            handed.nodes.push(*node);
+        }
+        !ours
+    });
 }
 
 /// The subscription of a name that had no listeners yet, on its way to the nodes.
@@ -275,7 +429,10 @@ impl Place {
     /// Runs `f` on this place's line under the hub's lock, and wakes whom it names.
     fn with_line(&self, f: impl FnOnce(&mut Line) -> Option<WaiterId>) {
         let mut state = self.hub.state();
-        let woken = state.lines.get_mut(&*self.name).and_then(f);
+        let woken = state
+            .names
+            .get_mut(&*self.name)
+            .and_then(|waiters| f(&mut waiters.line));
         state.wake(woken);
     }
 
@@ -302,9 +459,9 @@ impl Place {
     fn is_woken(&self) -> bool {
         let state = self.hub.state();
         state
-            .lines
+            .names
             .get(&*self.name)
-            .is_some_and(|line| line.is_woken(self.id))
+            .is_some_and(|waiters| waiters.line.is_woken(self.id))
     }
 
     /// For a woken waiter before its attempt: a random pause below the name's current spread,
@@ -313,9 +470,9 @@ impl Place {
         let fraction = rand::random::<f64>();
         let state = self.hub.state();
         state
-            .lines
+            .names
             .get(&*self.name)
-            .map_or((Duration::ZERO, 0), |line| line.pause(fraction))
+            .map_or((Duration::ZERO, 0), |waiters| waiters.line.pause(fraction))
     }
 
     /// A woken waiter found the lock taken again before its attempt: back to waiting, at its
@@ -343,11 +500,84 @@ impl Drop for Place {
         let now = Instant::now();
         let mut state = self.hub.state();
         state.wakers.remove(&self.id);
-        let woken = state
-            .lines
-            .get_mut(&*self.name)
-            .and_then(|line| line.leave(self.id, self.done, now));
+        let woken = state.names.get_mut(&*self.name).and_then(|waiters| {
+            let woken = waiters.line.leave(self.id, self.done);
+            waiters.left(now);
+            woken
+        });
         state.wake(woken);
+    }
+}
+
+/// One fair `lock()` call's slot in its client's hub: the hand-offs the notices reported for it,
+/// and the latest ticket they mentioned.
+pub(crate) struct Turn {
+    hub: Arc<Hub>,
+    name: Arc<str>,
+    fingerprint: String,
+    id: WaiterId,
+    wake: Arc<Notify>,
+}
+
+impl Turn {
+    /// The waiter's value changed (it joins the line anew): hand-offs to the old one no longer
+    /// count.
+    pub(crate) fn rename(&mut self, fingerprint: &str) {
+        let mut state = self.hub.state();
+        if let Some(waiters) = state.names.get_mut(&*self.name) {
+            waiters.turns.remove(&self.fingerprint);
+            let mut handed = Handed {
+                id: self.id,
+                nodes: Vec::new(),
+                freed: false,
+            };
+            claim(&mut waiters.unclaimed, fingerprint, &mut handed);
+            waiters.turns.insert(fingerprint.to_owned(), handed);
+        }
+        self.fingerprint = fingerprint.to_owned();
+    }
+
+    /// The highest ticket the name's notices mentioned.
+    pub(crate) fn latest_ticket(&self) -> u64 {
+        let state = self.hub.state();
+        state
+            .names
+            .get(&*self.name)
+            .map_or(0, |waiters| waiters.latest_ticket)
+    }
+
+    /// Resolves after a notice concerned this waiter (some may have come before: see
+    /// [`take_news`](Turn::take_news)).
+    pub(crate) async fn notified(&self) {
+        self.wake.notified().await;
+    }
+
+    /// The nodes that handed us the lock since the last call, and whether a node freed it.
+    pub(crate) fn take_news(&self) -> (Vec<usize>, bool) {
+        let mut state = self.hub.state();
+        let handed = state
+            .names
+            .get_mut(&*self.name)
+            .and_then(|waiters| waiters.turns.get_mut(&self.fingerprint));
+        match handed {
+            Some(handed) => (
+                std::mem::take(&mut handed.nodes),
+                std::mem::take(&mut handed.freed),
+            ),
+            None => (Vec::new(), false),
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let mut state = self.hub.state();
+        state.wakers.remove(&self.id);
+        if let Some(waiters) = state.names.get_mut(&*self.name) {
+            waiters.turns.remove(&self.fingerprint);
+            waiters.left(now);
+        }
     }
 }
 
@@ -533,6 +763,11 @@ mod tests {
         place.done();
         let later = Instant::now() + LINGER;
         hub.sweep(&mut hub.state(), later);
+        assert!(hub.channels().is_empty());
+        let (turn, subscribing) = hub.take_turn(&name(), "f");
+        assert!(subscribing.is_some(), "fair waiters subscribe too");
+        drop(turn);
+        hub.sweep(&mut hub.state(), Instant::now() + LINGER);
         assert!(hub.channels().is_empty());
     }
 }

@@ -45,6 +45,10 @@ impl<'a> NoticeWait<'a> {
         self.place = Some(place);
     }
 
+    pub(crate) fn plan(&self) -> &'a Plan {
+        self.plan
+    }
+
     pub(crate) fn attempt_starts(&mut self, started: Instant) {
         if let Some(place) = &self.place {
             place.rearm(started);

@@ -1,0 +1,429 @@
+//! Fair waiting (`Mutex::with_fair`): one line per name across every client, served in the order
+//! the waiters joined it, where a release wakes only the waiter whose turn it is.
+//!
+//! # The protocol
+//! Every node keeps a line per name (see `scripts::fair`): waiters' lock values scored by tickets,
+//! each entry expiring unless its waiter renews it. A waiter's *round*, sent to every node at once,
+//! takes the lock on a node where it is free and nobody is ahead in line (or where it was handed
+//! to us), and otherwise joins the line with the waiter's ticket, or renews its place. A node takes
+//! a new waiter only with a ticket above every ticket it has taken before. The waiter offers one
+//! above the highest it has heard of, and offers again, higher, to the nodes that refused.
+//!
+//! A release hands the lock to the head of the node's line at once: the node sets the key to the
+//! head's value for what is left of the head's entry, and publishes a notice that names the head
+//! (by the SHA1 of its value). Only the head's client wakes, only the head's call in it; once a
+//! quorum of nodes handed it the lock, it holds the lock without sending anything.
+//!
+//! # Why it is safe, and fair
+//! - *Mutual exclusion* is the mutex's: a node's key holds one value at a time, whoever set it, and
+//!   a holder needs a quorum of keys. A handed key lives until the head's entry would have expired:
+//!   the waiter renewed that entry in a round that began at a moment it knows, so it knows how long
+//!   each handed key lives without asking, and counts validity from there (expiry minus drift, as
+//!   for any lock). Fair waiting only adds reasons to refuse; it never sets a key a plain acquire
+//!   would not, except to the head, which is then the only one that can hold it there.
+//! - *No overtaking.* Say waiter A joined on a quorum `QA` with ticket `a` before waiter C began to
+//!   join. Every node of `QA` has taken ticket `a`, so it takes C only with a ticket above `a`: C is
+//!   behind A on every node of `QA` where it joins at all. To get the lock, C needs a quorum of
+//!   nodes that hand or grant it to C, so at least one node of `QA`, where the live A is ahead. So C
+//!   cannot hold before A has held, as long as A renews its entries (a live waiter does, every third
+//!   of the expiry) and nodes keep their data. A waiter that is in line on a minority only has no
+//!   such claim: it was never in line for a quorum.
+//! - *Progress.* A waiter whose entries stand on fewer than a quorum of nodes (nodes restarted, or
+//!   refused its ticket) cannot be served and would hold others up where it stands: it leaves the
+//!   line everywhere, returns what it was handed, and joins again at the back. A waiter that
+//!   crashed stops renewing; its entries expire after one expiry, and the line moves on.
+//!
+//! Waiting costs one round to join (the first attempt, which fails, is that round) and nothing to
+//! be served; a waiter renews its place every third of the expiry. A key that expires without a
+//! release (its holder crashed) hands nothing: the head finds the lock free at its next round.
+
+use std::time::{Duration, Instant};
+
+use crate::error::NodeErrorKind;
+use crate::mutex::Mutex;
+use crate::node::Op;
+use crate::quorum::{Tally, validity};
+use crate::scripts::fair::fingerprint;
+use crate::settings::Plan;
+use crate::wake::{Subscribing, Turn};
+
+use super::Resume;
+
+/// What one waiter knows of its standing on each node, and since when. Pure: times are passed in.
+#[derive(Debug, Clone)]
+pub(crate) struct Standing {
+    /// Nodes whose agreement holds the lock.
+    quorum: usize,
+    /// Per node: the start of the last round that renewed our entry there, while we are in line
+    /// there. The entry lives at least an expiry from that moment.
+    renewed: Vec<Option<Instant>>,
+    /// Per node: a moment from which the key holding our value there lives at least an expiry:
+    /// the start of the round that took or extended it, or, for a key handed to us, the renewal
+    /// of the entry it was handed for.
+    granted: Vec<Option<Instant>>,
+    /// A grant notice came from a node we had no renewal time for: a round must confirm it.
+    unconfirmed: bool,
+}
+
+/// One node's reply to a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The lock is ours there (taken or extended by this round).
+    Granted,
+    /// Our place in line is kept (or taken) there.
+    InLine,
+    /// We are not in line there: our ticket was below the node's latest.
+    Refused { latest: u64 },
+    /// No definite answer (an error or a timeout).
+    Unknown,
+}
+
+impl Standing {
+    pub(crate) fn new(nodes: usize, quorum: usize) -> Standing {
+        Standing {
+            quorum,
+            renewed: vec![None; nodes],
+            granted: vec![None; nodes],
+            unconfirmed: false,
+        }
+    }
+
+    /// Takes in the replies of a round that began at `started`.
+    pub(crate) fn round(&mut self, started: Instant, replies: &[Reply]) {
+        self.unconfirmed = false;
+        for (node, reply) in replies.iter().enumerate() {
+            match reply {
+                Reply::Granted => {
+                    self.granted[node] = Some(started);
+                    self.renewed[node] = None;
+                }
+                Reply::InLine => {
+                    self.granted[node] = None;
+                    self.renewed[node] = Some(started);
+                }
+                Reply::Refused { .. } => {
+                    self.granted[node] = None;
+                    self.renewed[node] = None;
+                }
+                // Whatever the round did there may or may not have happened; what we knew
+                // before still bounds it from below.
+                Reply::Unknown => {}
+            }
+        }
+    }
+
+    /// A notice said `node` handed us the lock.
+    pub(crate) fn handed(&mut self, node: usize) {
+        match self.renewed[node].take() {
+            Some(renewed) => self.granted[node] = Some(renewed),
+            None if self.granted[node].is_none() => self.unconfirmed = true,
+            None => {}
+        }
+    }
+
+    /// With a quorum of keys ours, the moment from which all of them live at least an expiry.
+    pub(crate) fn held_from(&self) -> Option<Instant> {
+        let granted: Vec<Instant> = self.granted.iter().flatten().copied().collect();
+        (granted.len() >= self.quorum)
+            .then(|| granted.into_iter().min())
+            .flatten()
+    }
+
+    /// Whether a grant came that only a round can confirm.
+    pub(crate) fn unconfirmed(&self) -> bool {
+        self.unconfirmed
+    }
+
+    /// Whether we stand (in line, or holding the key) on a quorum of nodes: only then can we be
+    /// served, and only then is our place protected.
+    pub(crate) fn stands(&self) -> bool {
+        let standing = (0..self.renewed.len())
+            .filter(|&node| self.renewed[node].is_some() || self.granted[node].is_some())
+            .count();
+        standing >= self.quorum
+    }
+
+    /// Forgets everything: after leaving the line.
+    pub(crate) fn clear(&mut self) {
+        self.renewed.iter_mut().for_each(|r| *r = None);
+        self.granted.iter_mut().for_each(|g| *g = None);
+        self.unconfirmed = false;
+    }
+}
+
+/// The highest ticket among refusals in `replies`.
+pub(crate) fn latest_refused(replies: &[Reply]) -> u64 {
+    replies
+        .iter()
+        .map(|reply| match reply {
+            Reply::Refused { latest } => *latest,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Each node's reply to a round, from its tally (which tracks nodes for rounds).
+fn replies(tally: &Tally) -> Vec<Reply> {
+    let mut replies = vec![Reply::Unknown; tally.total];
+    for &node in &tally.ours_nodes {
+        replies[node] = Reply::Granted;
+    }
+    for failure in &tally.failures {
+        replies[failure.node] = match failure.kind {
+            NodeErrorKind::InLine => Reply::InLine,
+            NodeErrorKind::TicketRefused { latest } => Reply::Refused { latest },
+            _ => Reply::Unknown,
+        };
+    }
+    replies
+}
+
+/// One `lock()` call's fair waiting.
+pub(crate) struct FairWait<'a> {
+    mutex: &'a Mutex,
+    plan: &'a Plan,
+    standing: Standing,
+    /// The ticket offered by the next round, to nodes where we are not in line.
+    offer: u64,
+    /// Our slot in the client's hub: grant notices and hints. `None` without listeners.
+    turn: Option<Turn>,
+    /// The subscription to the name's notices, when this call started it: one more round once it
+    /// is confirmed catches a hand-off that came before.
+    subscribing: Option<Subscribing>,
+    /// After the last round: leave the line and join again with a fresh value.
+    rejoin: bool,
+    /// The fingerprint of the value of the current (or next) round: grant notices name us by it.
+    fingerprint: String,
+    /// When the call stops waiting: as long as a polling `lock()` would wait between its tries.
+    gives_up_at: Instant,
+    /// When the last round began: a renewal is due a third of the expiry later.
+    last_round: Instant,
+}
+
+/// Stops short of the end of a renewal period by this much, so a renewal round is done before the
+/// entry could expire even with a slow node.
+const RENEWAL_PARTS: u32 = 3;
+
+impl<'a> FairWait<'a> {
+    pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan, tries: u32) -> FairWait<'a> {
+        let nodes = mutex.redlock().len();
+        let budget: Duration = (1..tries).map(|n| plan.retry_delay_after(n)).sum();
+        let now = Instant::now();
+        FairWait {
+            mutex,
+            plan,
+            standing: Standing::new(nodes, mutex.target().quorum(nodes)),
+            offer: 1,
+            turn: None,
+            subscribing: None,
+            rejoin: false,
+            fingerprint: String::new(),
+            gives_up_at: now + budget,
+            last_round: now,
+        }
+    }
+
+    /// A round with `value` begins.
+    pub(crate) fn attempt_starts(&mut self, value: &str) {
+        let fingerprint = fingerprint(value);
+        if fingerprint != self.fingerprint {
+            if let Some(turn) = &mut self.turn {
+                turn.rename(&fingerprint);
+            }
+            self.fingerprint = fingerprint;
+        }
+    }
+
+    /// The round's request: our offer, above everything heard of.
+    pub(crate) fn op(&mut self) -> Op {
+        if let Some(turn) = &self.turn {
+            self.offer = self.offer.max(turn.latest_ticket() + 1);
+        }
+        Op::Round { ticket: self.offer }
+    }
+
+    /// Takes in a round's replies; whether what the round set stays (our place in line, and keys
+    /// handed to us). On the last round nothing stays: the call leaves the line.
+    pub(crate) fn observe(&mut self, tally: &Tally, started: Instant, last: bool) -> bool {
+        self.last_round = started;
+        let replies = replies(tally);
+        self.standing.round(started, &replies);
+        self.offer = self.offer.max(latest_refused(&replies) + 1);
+        let keep = !last && self.standing.stands();
+        self.rejoin = !keep;
+        if self.rejoin {
+            self.standing.clear();
+        }
+        keep
+    }
+
+    /// Whether the call must stop: its waiting time is up.
+    pub(crate) fn is_last(&self) -> bool {
+        Instant::now() >= self.gives_up_at
+    }
+
+    /// Whether the next round needs a fresh value: after leaving the line, a new place needs a new
+    /// name in it (a late release of the old value must not hit the new place).
+    pub(crate) fn fresh_values(&self) -> bool {
+        self.rejoin
+    }
+
+    /// Waits until a round is due, or a quorum of nodes handed us the lock.
+    pub(crate) async fn wait(&mut self) -> Resume {
+        if self.rejoin {
+            self.rejoin = false;
+            return Resume::Attempt;
+        }
+        if self.turn.is_none() {
+            self.join();
+        }
+        if let Some(subscribing) = self.subscribing.take() {
+            subscribing.confirmed(self.plan.node_timeout).await;
+            return Resume::Attempt;
+        }
+        let renewal = self.last_round + self.plan.expiry / RENEWAL_PARTS;
+        let due = tokio::time::Instant::from(renewal.min(self.gives_up_at));
+        loop {
+            if let Some(resume) = self.news() {
+                return resume;
+            }
+            let Some(turn) = &self.turn else {
+                tokio::time::sleep_until(due).await;
+                return Resume::Attempt;
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => return Resume::Attempt,
+                () = turn.notified() => {}
+            }
+        }
+    }
+
+    /// What the notices since the last look mean: the lock is ours, a round is due, or nothing.
+    fn news(&mut self) -> Option<Resume> {
+        let turn = self.turn.as_ref()?;
+        let (handed, freed) = turn.take_news();
+        for node in handed {
+            self.standing.handed(node);
+        }
+        if let Some(from) = self.standing.held_from() {
+            let left = validity(self.plan.expiry, from.elapsed(), self.plan.drift_factor);
+            if let Some(left) = left {
+                return Some(Resume::Granted(Instant::now() + left));
+            }
+            // Handed too late to use: a round extends what is ours, or tells us where we stand.
+            return Some(Resume::Attempt);
+        }
+        (freed || self.standing.unconfirmed()).then_some(Resume::Attempt)
+    }
+
+    /// Takes a slot in the client's hub for the name, and subscribes to its notices.
+    fn join(&mut self) {
+        let Some(hub) = self.mutex.redlock().hub() else {
+            return;
+        };
+        let (turn, subscribing) = hub.take_turn(self.mutex.name_arc(), &self.fingerprint);
+        self.turn = Some(turn);
+        self.subscribing = subscribing;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_quorum_of_grants_holds_from_the_earliest() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[Reply::InLine, Reply::InLine, Reply::InLine]);
+        assert!(standing.stands());
+        assert_eq!(standing.held_from(), None);
+        standing.round(
+            t0 + 10 * MS,
+            &[Reply::InLine, Reply::Unknown, Reply::Granted],
+        );
+        standing.handed(0);
+        assert_eq!(
+            standing.held_from(),
+            Some(t0 + 10 * MS).min(Some(t0 + 10 * MS))
+        );
+        // Node 0 was handed the lock for an entry renewed at t0 + 10 ms, node 2 granted then.
+        assert_eq!(standing.held_from(), Some(t0 + 10 * MS));
+    }
+
+    #[test]
+    fn a_handed_key_lives_from_the_renewal_it_was_handed_for() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[Reply::InLine, Reply::InLine, Reply::InLine]);
+        standing.round(t0 + 5 * MS, &[Reply::Unknown, Reply::InLine, Reply::InLine]);
+        standing.handed(0);
+        standing.handed(1);
+        // Node 0's last renewal we know of is t0 (its reply to the second round never came).
+        assert_eq!(standing.held_from(), Some(t0));
+    }
+
+    #[test]
+    fn a_grant_without_a_known_renewal_needs_a_round() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[Reply::InLine, Reply::Unknown, Reply::InLine]);
+        standing.handed(1);
+        assert!(standing.unconfirmed());
+        standing.handed(0);
+        assert_eq!(standing.held_from(), None, "node 1 cannot count");
+        standing.round(t0 + MS, &[Reply::Granted, Reply::Granted, Reply::InLine]);
+        assert!(!standing.unconfirmed());
+        assert_eq!(standing.held_from(), Some(t0 + MS));
+    }
+
+    #[test]
+    fn a_waiter_stands_only_on_a_quorum() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(5, 3);
+        let refused = Reply::Refused { latest: 9 };
+        standing.round(
+            t0,
+            &[
+                Reply::InLine,
+                Reply::Granted,
+                refused,
+                refused,
+                Reply::Unknown,
+            ],
+        );
+        assert!(!standing.stands(), "two of five");
+        standing.round(
+            t0 + MS,
+            &[
+                Reply::InLine,
+                Reply::Granted,
+                refused,
+                refused,
+                Reply::InLine,
+            ],
+        );
+        assert!(standing.stands());
+        assert_eq!(latest_refused(&[Reply::InLine, refused]), 9);
+    }
+
+    #[test]
+    fn losing_a_key_or_a_place_is_forgotten() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[Reply::Granted, Reply::Granted, Reply::InLine]);
+        assert_eq!(standing.held_from(), Some(t0));
+        // Node 1's key expired and the node took us into its line again.
+        standing.round(
+            t0 + MS,
+            &[Reply::Granted, Reply::InLine, Reply::Refused { latest: 3 }],
+        );
+        assert_eq!(standing.held_from(), None);
+        assert!(standing.stands());
+        standing.clear();
+        assert!(!standing.stands());
+    }
+}
