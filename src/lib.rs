@@ -1,11 +1,13 @@
 #![doc = include_str!("../README.md")]
 
 mod acquire;
+mod connection;
 mod delay;
 mod error;
 mod fanout;
 mod fenced;
 mod keep_alive;
+mod listener;
 mod lock;
 mod mutex;
 mod node;
@@ -17,12 +19,12 @@ mod settings;
 mod value;
 mod wake;
 
+pub use connection::NodeConnection;
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;
 pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;
-pub use node::NodeConnection;
 pub use redlock::Redlock;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.
