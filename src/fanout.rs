@@ -10,8 +10,9 @@ use futures::future::{BoxFuture, join_all};
 use rand::seq::SliceRandom;
 use tokio::time::{sleep_until, timeout_at};
 
+use crate::connection::NodeConnection;
 use crate::error::NodeErrorKind;
-use crate::node::{Delivery, Node, NodeConnection, Request, call};
+use crate::node::{Delivery, Node, Request, call};
 use crate::quorum::Tally;
 use crate::settings::Plan;
 use crate::target::Target;

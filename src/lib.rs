@@ -1,12 +1,14 @@
 #![doc = include_str!("../README.md")]
 
 mod acquire;
+mod connection;
 mod delay;
 mod error;
 mod fanout;
 mod fenced;
 mod keep_alive;
 mod line;
+mod listener;
 mod lock;
 mod mutex;
 mod node;
@@ -20,12 +22,12 @@ mod value;
 mod waiting;
 mod wake;
 
+pub use connection::NodeConnection;
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;
 pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;
-pub use node::NodeConnection;
 pub use redlock::Redlock;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::connection::NodeConnection;
 use crate::error::Error;
+use crate::listener::Listeners;
 use crate::mutex::Mutex;
-use crate::node::{Node, NodeConnection};
+use crate::node::Node;
 use crate::redact::redact_url;
 use crate::target::Target;
-use crate::wake::{Hub, Listeners};
+use crate::wake::Hub;
 
 /// How long the background connection warm-up waits for a node.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
