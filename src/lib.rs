@@ -6,6 +6,7 @@ mod delay;
 mod error;
 mod fanout;
 mod fenced;
+mod hub;
 mod keep_alive;
 mod line;
 mod listener;
@@ -20,7 +21,6 @@ mod settings;
 mod target;
 mod value;
 mod waiting;
-mod wake;
 
 pub use connection::NodeConnection;
 pub use error::{Error, NodeError, NodeErrorKind};

@@ -7,9 +7,9 @@ use futures::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::hub::{Hub, LINGER, State};
 use crate::quorum::quorum;
 use crate::scripts::NOTICE_PREFIX;
-use crate::wake::{Hub, LINGER, State};
 
 /// Bound on opening a listener connection and on each SUBSCRIBE or UNSUBSCRIBE.
 const LISTENER_TIMEOUT: Duration = Duration::from_secs(2);

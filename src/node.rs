@@ -35,7 +35,7 @@ pub(crate) enum Op {
     Acquire,
     /// Compare-and-PEXPIRE.
     Extend,
-    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `wake`); with
+    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `hub`); with
     /// `hand_off`, also leave the fair line and hand the lock to its head (see `waiting::fair`).
     Release { notify: bool, hand_off: bool },
     /// Acquire that also reads the fencing counter.

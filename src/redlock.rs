@@ -8,12 +8,12 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::connection::NodeConnection;
 use crate::error::Error;
+use crate::hub::Hub;
 use crate::listener::Listeners;
 use crate::mutex::Mutex;
 use crate::node::Node;
 use crate::redact::redact_url;
 use crate::target::Target;
-use crate::wake::Hub;
 
 /// How long the background connection warm-up waits for a node.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);

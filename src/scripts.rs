@@ -26,7 +26,7 @@ pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
 /// Compare-and-delete that also publishes a release notice when it deletes, for mutexes with
 /// wake-up on release: `KEYS[1]` = name, `ARGV[1]` = value. Publishing in the same script costs no
 /// extra round trip, and a notice is sent exactly when the key went away. The message is the
-/// released value, which tells one release from the next (see `wake`); it reveals nothing new, as
+/// released value, which tells one release from the next (see `hub`); it reveals nothing new, as
 /// any client of the node could read it with GET while the lock was held.
 pub(crate) const RELEASE_NOTIFY: &str = r#"
 local current = redis.call('GET', KEYS[1])

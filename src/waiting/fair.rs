@@ -40,12 +40,12 @@
 use std::time::{Duration, Instant};
 
 use crate::error::NodeErrorKind;
+use crate::hub::{Subscribing, Turn};
 use crate::mutex::Mutex;
 use crate::node::Op;
 use crate::quorum::{Tally, validity};
 use crate::scripts::fair::fingerprint;
 use crate::settings::Plan;
-use crate::wake::{Subscribing, Turn};
 
 use super::Resume;
 

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use crate::hub::Place;
 use crate::mutex::Mutex;
 use crate::node;
 use crate::settings::Plan;
-use crate::wake::Place;
 
 /// One `lock()` call's waiting by release notices.
 pub(crate) struct NoticeWait<'a> {
