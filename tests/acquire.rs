@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind, Redlock};
 use support::{client, holders, present, quick};
-use testenv::Cluster;
+use testenv::{Cluster, Mode};
 
 #[tokio::test]
 async fn lock_sets_the_value_on_every_node_with_the_expiry() {
@@ -524,4 +524,35 @@ async fn a_retry_never_races_the_previous_release() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(ours() >= 3, "a late release deleted the new keys");
     cluster.node(4).resume();
+}
+
+/// A fail-fast lock goes on setting its key on the nodes it did not wait for, after it returns:
+/// otherwise the lock stays on a bare quorum, and one more lost node lets another client in.
+///
+/// Most calls that have not answered at the quorum were written to their connection already, so
+/// the node runs them whatever the client does next. A call whose connection is still being made
+/// has not sent its SET yet, and sends it only if it is kept going. Node 4's proxy holds the new
+/// connection's first bytes (the client's CLIENT SETINFO, which the connection waits to see
+/// answered), so its SET waits for the connection however quickly the machine runs; the proxy
+/// lets it through well within the node timeout.
+#[tokio::test]
+async fn fail_fast_sets_the_key_on_a_node_still_connecting() {
+    let cluster = Cluster::start(5);
+    let proxies = cluster.proxies();
+    proxies.set_mode(&[4], Mode::Blackhole);
+    let redlock = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    let mutex = redlock
+        .new_mutex("acquire:fast-connecting")
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.25) // 5 s per node
+        .with_fail_fast(true)
+        .with_tries(1);
+    let lock = mutex.lock().await.expect("4 of 5 suffice");
+    assert!(!cluster.node(4).exists("acquire:fast-connecting"));
+
+    proxies.set_mode(&[4], Mode::Pass);
+    support::within(Duration::from_secs(3), "node 4 holds the key too", || {
+        holders(&cluster, "acquire:fast-connecting", lock.value()) == [0, 1, 2, 3, 4]
+    })
+    .await;
 }
