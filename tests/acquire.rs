@@ -556,3 +556,69 @@ async fn fail_fast_sets_the_key_on_a_node_still_connecting() {
     })
     .await;
 }
+
+/// An unlock stops the acquire's calls still in flight: a SET sent after the release would leave a
+/// key that nobody releases, and that keeps every other client out for the whole expiry.
+///
+/// `fail_fast_unlock_does_not_wait_and_no_set_lands_after_it` cannot tell whether they are stopped:
+/// there the SET was written to the stalled node's connection before the unlock began, and the
+/// release written behind it runs after it either way. Only a SET not handed to its connection yet
+/// can come after the release: one waiting for the connection to be made (node 4's proxy holds its
+/// set-up, as in `fail_fast_sets_the_key_on_a_node_still_connecting`). Which of the calls waiting
+/// for a connection goes out first is then up to the redis crate: they are woken in the order of
+/// their slots in its shared connect future (futures' `Shared`), and a new waiter takes the slot
+/// freed last. So here a call to node 4 that began before the SET and timed out while both waited
+/// (another mutex's, with a short node timeout) leaves a free slot below the SET's; the release
+/// takes it and goes out first. The test's current-thread runtime runs woken tasks in the order
+/// they were woken, so the order is certain; on a multi-thread runtime it would be chance.
+#[tokio::test]
+async fn unlock_stops_a_set_still_waiting_for_its_connection() {
+    let name = "acquire:fast-unlock-connecting";
+    let cluster = Cluster::start(5);
+    // The release must find its script on node 4: a NOSCRIPT reply would send its fallback after
+    // the SET, and that would delete the key all the same.
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(redmutex::internals::RELEASE_SCRIPT)
+        .exec(&mut cluster.node(4).connection())
+        .expect("SCRIPT LOAD");
+    let proxies = cluster.proxies();
+    proxies.set_mode(&[4], Mode::Blackhole);
+    let redlock = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    let mutex = redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.25) // 5 s per node
+        .with_fail_fast(true)
+        .with_tries(1);
+    // Waits 100 ms for node 4, then drops its call.
+    let other = redlock
+        .new_mutex(format!("{name}:other"))
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.005)
+        .with_tries(1);
+    // Polled in order: the other mutex's call to node 4 waits for the connection before the SET.
+    let (_other, lock) = futures::join!(other.try_lock(), mutex.lock());
+    let lock = lock.expect("4 of 5 suffice");
+    lock.unlock().await.expect("released on 4 of 5");
+
+    proxies.set_mode(&[4], Mode::Pass);
+    support::within(Duration::from_secs(3), "node 4 ran the release", || {
+        cluster.node(4).calls("evalsha") >= 1
+    })
+    .await;
+    // Every call woken with the release has been handed to the connection by now; a request sent
+    // now goes out after them, so once it is answered, a late SET would have landed.
+    let barrier = quick(&redlock, &format!("{name}:barrier"))
+        .try_lock()
+        .await
+        .expect("free lock");
+    assert_eq!(
+        holders(&cluster, &format!("{name}:barrier"), barrier.value()),
+        [0, 1, 2, 3, 4]
+    );
+    assert!(
+        present(&cluster, name).is_empty(),
+        "a SET landed after the release"
+    );
+}
