@@ -233,6 +233,63 @@ fn bytes_held_by_a_blackhole_follow_a_delay_after_it() {
 }
 
 #[test]
+fn hold_after_lets_n_requests_through_then_holds_the_rest() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+    let proxy = Proxy::start(node.port());
+    let mut stream = raw(&proxy, Duration::from_millis(200));
+    // Before the mode is set: not counted.
+    stream.write_all(b"PING\r\n").unwrap();
+    read_replies(&mut stream, 7, &[]);
+
+    proxy.set_mode(Mode::HoldAfter(2));
+    assert_eq!(proxy.mode(), Mode::HoldAfter(2));
+    // Two requests get through, and so do their replies.
+    for key in ["a", "b"] {
+        stream
+            .write_all(format!("SET {key} 1\r\n").as_bytes())
+            .unwrap();
+        let (reply, _) = read_replies(&mut stream, 5, &[]);
+        assert_eq!(reply, "+OK\r\n");
+    }
+    // The third is held, as a blackhole holds it.
+    stream.write_all(b"SET c 1\r\n").unwrap();
+    let err = stream.read(&mut [0u8; 16]).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err:?}"
+    );
+    assert!(!node.exists("c"));
+
+    // Setting the mode again starts a new count: the held request goes, in order.
+    proxy.set_mode(Mode::HoldAfter(1));
+    let (reply, _) = read_replies(&mut stream, 5, &[]);
+    assert_eq!(reply, "+OK\r\n");
+    assert!(node.exists("c"));
+
+    // A new connection reaches the node at once (the node lists a connection that has sent no
+    // command yet), but the count is the proxy's: nothing is left for its request.
+    let mut second = raw(&proxy, Duration::from_millis(200));
+    eventually("the new connection reaches the node", || {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut node.connection())
+            .unwrap();
+        list.contains("cmd=NULL")
+    });
+    second.write_all(b"SET d 1\r\n").unwrap();
+    let err = second.read(&mut [0u8; 16]).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err:?}"
+    );
+    assert!(!node.exists("d"));
+
+    proxy.set_mode(Mode::Pass);
+    eventually("the held request reaches the node", || node.exists("d"));
+}
+
+#[test]
 fn reset_breaks_current_connections_and_new_ones() {
     let cluster = Cluster::start(1);
     let node = cluster.node(0);
