@@ -362,6 +362,68 @@ fn redmutex_value() -> String {
     format!("test-{}", rand::random::<u64>())
 }
 
+/// The environment of `lock_values_differ_between_processes` when it runs as a child: the node to
+/// lock on, and the name.
+const CHILD_URL: &str = "REDMUTEX_TEST_VALUES_URL";
+const CHILD_NAME: &str = "REDMUTEX_TEST_VALUES_NAME";
+
+/// Lock values are unique across processes, not only within one. Values that repeat another
+/// process's (from a counter, or a generator seeded the same way in every process) let two holders
+/// share a lock: when one's lock has expired and the other holds the name, the first one's unlock
+/// deletes the other's key. The test binary runs this test again in two child processes at once,
+/// each of which locks a few times and prints the values.
+#[tokio::test]
+async fn lock_values_differ_between_processes() {
+    if let (Ok(url), Ok(name)) = (std::env::var(CHILD_URL), std::env::var(CHILD_NAME)) {
+        let redlock = Redlock::connect([url]).await.expect("URL parses");
+        let mutex = quick(&redlock, &name);
+        for _ in 0..3 {
+            let lock = mutex.lock().await.expect("free lock");
+            println!("lock value: {}", lock.value());
+            lock.unlock().await.expect("unlock");
+        }
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let test_binary = std::env::current_exe().expect("the test binary's path");
+    let children: Vec<_> = (0..2)
+        .map(|child| {
+            std::process::Command::new(&test_binary)
+                .args(["--exact", "lock_values_differ_between_processes"])
+                .args(["--nocapture", "--test-threads=1"])
+                .env(CHILD_URL, cluster.node(0).url())
+                .env(CHILD_NAME, format!("acquire:values:{child}"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("the test binary runs")
+        })
+        .collect();
+    let values: Vec<Vec<String>> = children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("the child ends");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "child failed: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            // The harness prints the test's name on the line of the first value.
+            stdout
+                .lines()
+                .filter_map(|line| line.split_once("lock value: "))
+                .map(|(_, value)| value.to_owned())
+                .collect()
+        })
+        .collect();
+    assert_eq!(values[0].len(), 3, "{values:?}");
+    assert_eq!(values[1].len(), 3, "{values:?}");
+    for value in &values[0] {
+        assert!(!values[1].contains(value), "both processes made {value}");
+    }
+}
+
 /// Scripts go out as EVALSHA; a node that lost its script cache gets EVAL once and then EVALSHA again.
 #[tokio::test]
 async fn scripts_are_sent_by_digest_with_a_noscript_fallback() {
