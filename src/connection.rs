@@ -6,7 +6,7 @@ use futures::future::Either;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
-use crate::scripts::{ACQUIRE_FENCED, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY, fair};
+use crate::scripts::ALL;
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
 ///
@@ -86,15 +86,7 @@ impl NodeConnection {
 
     /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
     pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
-        for script in [
-            RELEASE,
-            RELEASE_NOTIFY,
-            EXTEND,
-            ACQUIRE_FENCED,
-            RAISE,
-            fair::ROUND,
-            fair::RELEASE,
-        ] {
+        for script in ALL {
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
                 .await?
                 .extract_error()?;

@@ -38,6 +38,10 @@ pub mod internals {
     /// The compare-and-delete script, for the benchmark's raw floor to run the same Lua.
     pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE;
 
+    /// How many scripts a client loads into each node when it starts, for tests that wait until
+    /// it is done.
+    pub const SCRIPTS: usize = crate::scripts::ALL.len();
+
     /// See `quorum::quorum`.
     pub fn quorum(nodes: usize) -> usize {
         crate::quorum::quorum(nodes)

@@ -75,6 +75,17 @@ end
 return 1
 "#;
 
+/// Every script, as a client loads them into each node's cache when it starts.
+pub(crate) const ALL: &[&str] = &[
+    RELEASE,
+    RELEASE_NOTIFY,
+    EXTEND,
+    ACQUIRE_FENCED,
+    RAISE,
+    fair::ROUND,
+    fair::RELEASE,
+];
+
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
 pub(crate) struct Digests {
     pub release: String,
