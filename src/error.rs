@@ -160,14 +160,10 @@ pub enum NodeErrorKind {
     /// Fair waiting ([`Mutex::with_fair`](crate::Mutex::with_fair)): the lock is held, or promised
     /// to waiters ahead in line; the node keeps this waiter's place. Counts as [`Taken`](Self::Taken)
     /// towards [`Error::Taken`].
-    #[error("waiting in line")]
-    InLine,
-    /// Fair waiting: the node did not take this waiter into its line, because it has taken a ticket
-    /// at least as high already (a waiter must never join ahead of one that joined before it).
-    #[error("ticket refused: the line has reached ticket {latest}")]
-    TicketRefused {
-        /// The highest ticket the node has taken.
-        latest: u64,
+    #[error("waiting in line with ticket {ticket}")]
+    InLine {
+        /// The waiter's ticket on this node: the line is served in the order of tickets.
+        ticket: u64,
     },
 }
 

@@ -209,6 +209,19 @@ impl Hub {
         }
     }
 
+    /// The highest ticket heard of for `name`, and `seen` from now on if higher: for the offer of
+    /// a fair waiter's next round.
+    pub(crate) fn latest_ticket(&self, name: &str, seen: u64) -> u64 {
+        let mut state = self.state();
+        match state.names.get_mut(name) {
+            Some(waiters) => {
+                waiters.latest_ticket = waiters.latest_ticket.max(seen);
+                waiters.latest_ticket
+            }
+            None => seen,
+        }
+    }
+
     /// Whether some `lock()` call of this client waits in line for `name` (fair waiters aside).
     pub(crate) fn has_waiters(&self, name: &str) -> bool {
         self.state()
@@ -457,15 +470,6 @@ impl Turn {
             waiters.turns.insert(fingerprint.to_owned(), handed);
         }
         self.fingerprint = fingerprint.to_owned();
-    }
-
-    /// The highest ticket the name's notices mentioned.
-    pub(crate) fn latest_ticket(&self) -> u64 {
-        let state = self.hub.state();
-        state
-            .names
-            .get(&*self.name)
-            .map_or(0, |waiters| waiters.latest_ticket)
     }
 
     /// Resolves after a notice concerned this waiter (some may have come before: see

@@ -157,10 +157,11 @@ impl Request {
             (Op::Round { .. }, Value::Array(reply)) if reply.len() == 2 => {
                 match (&reply[0], &reply[1]) {
                     (Value::Int(1), _) => Ok(0),
-                    (Value::Int(0), _) => Err(NodeErrorKind::InLine),
-                    (Value::Int(-1), Value::Int(latest)) => Err(NodeErrorKind::TicketRefused {
-                        latest: latest.unsigned_abs(),
-                    }),
+                    (Value::Int(0), Value::Int(ticket)) if *ticket > 0 => {
+                        Err(NodeErrorKind::InLine {
+                            ticket: ticket.unsigned_abs(),
+                        })
+                    }
                     _ => Err(NodeErrorKind::UnexpectedReply(describe(&Value::Array(
                         reply,
                     )))),

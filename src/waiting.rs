@@ -127,7 +127,8 @@ impl<'a> Waiting<'a> {
             // A release notice names the released value, and waiters treat a value as one
             // release: a retry must not release the same value again (see `line`).
             Waiting::Notices(_) => true,
-            Waiting::Fair(fair) => fair.fresh_values(),
+            // A waiter is known in line by its value; it keeps it while it waits.
+            Waiting::Fair(_) => false,
         }
     }
 

@@ -16,12 +16,14 @@ use std::sync::LazyLock;
 ///
 /// `KEYS[1]` = name, `KEYS[2]` = line, `KEYS[3]` = line expiries, `KEYS[4]` = ticket counter;
 /// `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds (of the lock and of the entry),
-/// `ARGV[3]` = the ticket this waiter offers if it is not in line yet.
+/// `ARGV[3]` = the ticket this waiter offers.
 ///
-/// Replies `{1, 0}` when the lock is ours (taken now, or handed to us earlier and extended now),
-/// `{0, counter}` when we wait in line (our entry renewed for another expiry), and
-/// `{-1, counter}` when we are not in line and our ticket is not above the node's counter: a later
-/// joiner must never be placed ahead of an earlier one.
+/// A waiter not in line joins with its offer or, if the node took that ticket or a higher one
+/// already, with the next one above them: a later joiner never gets a ticket at or below an
+/// earlier one's. A waiter in line whose offer is above its ticket moves back to the offer (so
+/// that its tickets agree on every node); it never moves forward. Replies `{1, 0}` when the lock
+/// is ours (taken now, or handed to us earlier and extended now), and `{0, ticket}` when we wait in
+/// line, with our ticket on this node (our entry renewed for another expiry).
 pub(crate) const ROUND: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -46,21 +48,27 @@ if not current then
   end
 end
 local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  local ticket = tonumber(ARGV[3])
-  if ticket <= counter then
-    return {-1, counter}
+local offer = tonumber(ARGV[3])
+local ticket = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if ticket then
+  ticket = tonumber(ticket)
+  if offer > ticket then
+    ticket = offer
+    redis.call('ZADD', KEYS[2], ticket, ARGV[1])
   end
+else
+  ticket = math.max(offer, counter + 1)
   redis.call('ZADD', KEYS[2], ticket, ARGV[1])
+end
+if ticket > counter then
   redis.call('SET', KEYS[4], ticket)
-  counter = ticket
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
 local last = tonumber(redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
 for i = 2, 4 do
   redis.call('PEXPIREAT', KEYS[i], last)
 end
-return {0, counter}
+return {0, ticket}
 "#;
 
 /// Marks a notice that hands the lock to a waiter, as opposed to one that frees it (whose

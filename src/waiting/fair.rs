@@ -5,9 +5,11 @@
 //! Every node keeps a line per name (see `scripts::fair`): waiters' lock values scored by tickets,
 //! each entry expiring unless its waiter renews it. A waiter's *round*, sent to every node at once,
 //! takes the lock on a node where it is free and nobody is ahead in line (or where it was handed
-//! to us), and otherwise joins the line with the waiter's ticket, or renews its place. A node takes
-//! a new waiter only with a ticket above every ticket it has taken before. The waiter offers one
-//! above the highest it has heard of, and offers again, higher, to the nodes that refused.
+//! to us), and otherwise joins the line, or renews its place. A node gives a new waiter a ticket
+//! above every ticket it gave before: the one the waiter offers (one above the highest its client
+//! heard of), or the next free one if others took that meanwhile. A waiter whose tickets differ
+//! between nodes (it joined alongside others) moves its places back to its highest ticket in one
+//! more round, so that every node orders the waiters the same way (ties by value).
 //!
 //! A release hands the lock to the head of the node's line at once: the node sets the key to the
 //! head's value for what is left of the head's entry, and publishes a notice that names the head
@@ -21,17 +23,18 @@
 //!   each handed key lives without asking, and counts validity from there (expiry minus drift, as
 //!   for any lock). Fair waiting only adds reasons to refuse; it never sets a key a plain acquire
 //!   would not, except to the head, which is then the only one that can hold it there.
-//! - *No overtaking.* Say waiter A joined on a quorum `QA` with ticket `a` before waiter C began to
-//!   join. Every node of `QA` has taken ticket `a`, so it takes C only with a ticket above `a`: C is
-//!   behind A on every node of `QA` where it joins at all. To get the lock, C needs a quorum of
+//! - *No overtaking.* Say waiter A stands on a quorum `QA` with ticket `a` before waiter C begins
+//!   to join. Every node of `QA` has given ticket `a`, so it gives C a ticket above `a`, and C only
+//!   ever moves back: C is behind A on every node of `QA`. To get the lock, C needs a quorum of
 //!   nodes that hand or grant it to C, so at least one node of `QA`, where the live A is ahead. So C
 //!   cannot hold before A has held, as long as A renews its entries (a live waiter does, every third
 //!   of the expiry) and nodes keep their data. A waiter that is in line on a minority only has no
 //!   such claim: it was never in line for a quorum.
-//! - *Progress.* A waiter whose entries stand on fewer than a quorum of nodes (nodes restarted, or
-//!   refused its ticket) cannot be served and would hold others up where it stands: it leaves the
-//!   line everywhere, returns what it was handed, and joins again at the back. A waiter that
-//!   crashed stops renewing; its entries expire after one expiry, and the line moves on.
+//! - *Progress.* Once tickets agree, the first live waiter standing on a quorum is first in line
+//!   on every node where it stands, so every release there hands it the lock. A waiter that reaches
+//!   fewer than a quorum of nodes cannot be served and would hold others up where it was handed the
+//!   lock: it gives back what it was handed and tries again later. A waiter that crashed stops
+//!   renewing; its entries expire after one expiry, and the line moves on.
 //!
 //! Waiting costs one round to join (the first attempt, which fails, is that round) and nothing to
 //! be served; a waiter renews its place every third of the expiry. A key that expires without a
@@ -57,6 +60,8 @@ pub(crate) struct Standing {
     /// Per node: the start of the last round that renewed our entry there, while we are in line
     /// there. The entry lives at least an expiry from that moment.
     renewed: Vec<Option<Instant>>,
+    /// Per node: our ticket there, while we are in line there.
+    tickets: Vec<Option<u64>>,
     /// Per node: a moment from which the key holding our value there lives at least an expiry:
     /// the start of the round that took or extended it, or, for a key handed to us, the renewal
     /// of the entry it was handed for.
@@ -70,12 +75,23 @@ pub(crate) struct Standing {
 pub(crate) enum Reply {
     /// The lock is ours there (taken or extended by this round).
     Granted,
-    /// Our place in line is kept (or taken) there.
-    InLine,
-    /// We are not in line there: our ticket was below the node's latest.
-    Refused { latest: u64 },
+    /// We wait in line there, with this ticket.
+    InLine { ticket: u64 },
     /// No definite answer (an error or a timeout).
     Unknown,
+}
+
+/// What a waiter does after a round that did not get it the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// It stands in line on a quorum, with one ticket: wait to be served.
+    Wait,
+    /// Its tickets differ between nodes (it joined alongside others): a round at once moves its
+    /// places back to its highest ticket, so that every node orders it the same way.
+    Align,
+    /// It reaches fewer than a quorum of nodes: give back what it was handed (others may need
+    /// those nodes), and try again after the retry delay.
+    Retreat,
 }
 
 impl Standing {
@@ -83,6 +99,7 @@ impl Standing {
         Standing {
             quorum,
             renewed: vec![None; nodes],
+            tickets: vec![None; nodes],
             granted: vec![None; nodes],
             unconfirmed: false,
         }
@@ -92,18 +109,16 @@ impl Standing {
     pub(crate) fn round(&mut self, started: Instant, replies: &[Reply]) {
         self.unconfirmed = false;
         for (node, reply) in replies.iter().enumerate() {
-            match reply {
+            match *reply {
                 Reply::Granted => {
                     self.granted[node] = Some(started);
                     self.renewed[node] = None;
+                    self.tickets[node] = None;
                 }
-                Reply::InLine => {
+                Reply::InLine { ticket } => {
                     self.granted[node] = None;
                     self.renewed[node] = Some(started);
-                }
-                Reply::Refused { .. } => {
-                    self.granted[node] = None;
-                    self.renewed[node] = None;
+                    self.tickets[node] = Some(ticket);
                 }
                 // Whatever the round did there may or may not have happened; what we knew
                 // before still bounds it from below.
@@ -114,6 +129,7 @@ impl Standing {
 
     /// A notice said `node` handed us the lock.
     pub(crate) fn handed(&mut self, node: usize) {
+        self.tickets[node] = None;
         match self.renewed[node].take() {
             Some(renewed) => self.granted[node] = Some(renewed),
             None if self.granted[node].is_none() => self.unconfirmed = true,
@@ -134,33 +150,33 @@ impl Standing {
         self.unconfirmed
     }
 
-    /// Whether we stand (in line, or holding the key) on a quorum of nodes: only then can we be
-    /// served, and only then is our place protected.
-    pub(crate) fn stands(&self) -> bool {
-        let standing = (0..self.renewed.len())
-            .filter(|&node| self.renewed[node].is_some() || self.granted[node].is_some())
-            .count();
-        standing >= self.quorum
+    /// The ticket all our places should carry: the highest we have anywhere.
+    pub(crate) fn ticket(&self) -> Option<u64> {
+        self.tickets.iter().flatten().copied().max()
     }
 
-    /// Forgets everything: after leaving the line.
+    /// What to do after a round that did not get the lock.
+    pub(crate) fn next(&self) -> Next {
+        let reached = (0..self.granted.len())
+            .filter(|&node| self.granted[node].is_some() || self.renewed[node].is_some())
+            .count();
+        let ticket = self.ticket();
+        if reached < self.quorum {
+            Next::Retreat
+        } else if self.tickets.iter().flatten().any(|&t| Some(t) != ticket) {
+            Next::Align
+        } else {
+            Next::Wait
+        }
+    }
+
+    /// Forgets everything: after giving back what we had.
     pub(crate) fn clear(&mut self) {
         self.renewed.iter_mut().for_each(|r| *r = None);
+        self.tickets.iter_mut().for_each(|t| *t = None);
         self.granted.iter_mut().for_each(|g| *g = None);
         self.unconfirmed = false;
     }
-}
-
-/// The highest ticket among refusals in `replies`.
-pub(crate) fn latest_refused(replies: &[Reply]) -> u64 {
-    replies
-        .iter()
-        .map(|reply| match reply {
-            Reply::Refused { latest } => *latest,
-            _ => 0,
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 /// Each node's reply to a round, from its tally (which tracks nodes for rounds).
@@ -170,11 +186,9 @@ fn replies(tally: &Tally) -> Vec<Reply> {
         replies[node] = Reply::Granted;
     }
     for failure in &tally.failures {
-        replies[failure.node] = match failure.kind {
-            NodeErrorKind::InLine => Reply::InLine,
-            NodeErrorKind::TicketRefused { latest } => Reply::Refused { latest },
-            _ => Reply::Unknown,
-        };
+        if let NodeErrorKind::InLine { ticket } = failure.kind {
+            replies[failure.node] = Reply::InLine { ticket };
+        }
     }
     replies
 }
@@ -184,15 +198,13 @@ pub(crate) struct FairWait<'a> {
     mutex: &'a Mutex,
     plan: &'a Plan,
     standing: Standing,
-    /// The ticket offered by the next round, to nodes where we are not in line.
-    offer: u64,
+    /// What to do after the last round.
+    next: Next,
     /// Our slot in the client's hub: grant notices and hints. `None` without listeners.
     turn: Option<Turn>,
     /// The subscription to the name's notices, when this call started it: one more round once it
     /// is confirmed catches a hand-off that came before.
     subscribing: Option<Subscribing>,
-    /// After the last round: leave the line and join again with a fresh value.
-    rejoin: bool,
     /// The fingerprint of the value of the current (or next) round: grant notices name us by it.
     fingerprint: String,
     /// When the call stops waiting: as long as a polling `lock()` would wait between its tries.
@@ -201,9 +213,9 @@ pub(crate) struct FairWait<'a> {
     last_round: Instant,
 }
 
-/// Stops short of the end of a renewal period by this much, so a renewal round is done before the
-/// entry could expire even with a slow node.
-const RENEWAL_PARTS: u32 = 3;
+/// A waiter renews its place this many times per expiry, so a renewal is done well before the
+/// place could expire, even with a slow node.
+const RENEWALS_PER_EXPIRY: u32 = 3;
 
 impl<'a> FairWait<'a> {
     pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan, tries: u32) -> FairWait<'a> {
@@ -214,10 +226,9 @@ impl<'a> FairWait<'a> {
             mutex,
             plan,
             standing: Standing::new(nodes, mutex.target().quorum(nodes)),
-            offer: 1,
+            next: Next::Wait,
             turn: None,
             subscribing: None,
-            rejoin: false,
             fingerprint: String::new(),
             gives_up_at: now + budget,
             last_round: now,
@@ -235,24 +246,36 @@ impl<'a> FairWait<'a> {
         }
     }
 
-    /// The round's request: our offer, above everything heard of.
+    /// The round's request: in line, our highest ticket (so every place carries it); joining, one
+    /// above every ticket this client heard of, which nodes take as it is unless others took it
+    /// meanwhile.
     pub(crate) fn op(&mut self) -> Op {
-        if let Some(turn) = &self.turn {
-            self.offer = self.offer.max(turn.latest_ticket() + 1);
-        }
-        Op::Round { ticket: self.offer }
+        let ticket = match self.standing.ticket() {
+            Some(ticket) => ticket,
+            None => self.heard(0) + 1,
+        };
+        Op::Round { ticket }
     }
 
-    /// Takes in a round's replies; whether what the round set stays (our place in line, and keys
+    /// The highest ticket this client heard of for the name, counting `seen`.
+    fn heard(&self, seen: u64) -> u64 {
+        match self.mutex.redlock().running_hub() {
+            Some(hub) => hub.latest_ticket(self.mutex.name_arc(), seen),
+            None => seen,
+        }
+    }
+
+    /// Takes in a round's replies; whether what the round set stays (our places in line, and keys
     /// handed to us). On the last round nothing stays: the call leaves the line.
     pub(crate) fn observe(&mut self, tally: &Tally, started: Instant, last: bool) -> bool {
         self.last_round = started;
-        let replies = replies(tally);
-        self.standing.round(started, &replies);
-        self.offer = self.offer.max(latest_refused(&replies) + 1);
-        let keep = !last && self.standing.stands();
-        self.rejoin = !keep;
-        if self.rejoin {
+        self.standing.round(started, &replies(tally));
+        if let Some(ticket) = self.standing.ticket() {
+            self.heard(ticket);
+        }
+        self.next = self.standing.next();
+        let keep = !last && self.next != Next::Retreat;
+        if !keep {
             self.standing.clear();
         }
         keep
@@ -263,17 +286,16 @@ impl<'a> FairWait<'a> {
         Instant::now() >= self.gives_up_at
     }
 
-    /// Whether the next round needs a fresh value: after leaving the line, a new place needs a new
-    /// name in it (a late release of the old value must not hit the new place).
-    pub(crate) fn fresh_values(&self) -> bool {
-        self.rejoin
-    }
-
     /// Waits until a round is due, or a quorum of nodes handed us the lock.
     pub(crate) async fn wait(&mut self) -> Resume {
-        if self.rejoin {
-            self.rejoin = false;
-            return Resume::Attempt;
+        match self.next {
+            Next::Align => return Resume::Attempt,
+            Next::Retreat => {
+                let delay = self.plan.retry_delay_after(1);
+                tokio::time::sleep(delay).await;
+                return Resume::Attempt;
+            }
+            Next::Wait => {}
         }
         if self.turn.is_none() {
             self.join();
@@ -282,14 +304,18 @@ impl<'a> FairWait<'a> {
             subscribing.confirmed(self.plan.node_timeout).await;
             return Resume::Attempt;
         }
-        let renewal = self.last_round + self.plan.expiry / RENEWAL_PARTS;
+        let renewal = self.last_round + self.plan.expiry / RENEWALS_PER_EXPIRY;
         let due = tokio::time::Instant::from(renewal.min(self.gives_up_at));
         loop {
             if let Some(resume) = self.news() {
                 return resume;
             }
             let Some(turn) = &self.turn else {
-                tokio::time::sleep_until(due).await;
+                // No listeners (connections the caller built): nobody tells us of a hand-off,
+                // so a round every retry delay finds it.
+                let delay = self.plan.retry_delay_after(1);
+                let poll = tokio::time::Instant::now() + delay;
+                tokio::time::sleep_until(due.min(poll)).await;
                 return Resume::Attempt;
             };
             tokio::select! {
@@ -308,11 +334,11 @@ impl<'a> FairWait<'a> {
         }
         if let Some(from) = self.standing.held_from() {
             let left = validity(self.plan.expiry, from.elapsed(), self.plan.drift_factor);
-            if let Some(left) = left {
-                return Some(Resume::Granted(Instant::now() + left));
-            }
-            // Handed too late to use: a round extends what is ours, or tells us where we stand.
-            return Some(Resume::Attempt);
+            return Some(match left {
+                Some(left) => Resume::Granted(Instant::now() + left),
+                // Handed too late to use: a round extends what is ours.
+                None => Resume::Attempt,
+            });
         }
         (freed || self.standing.unconfirmed()).then_some(Resume::Attempt)
     }
@@ -334,22 +360,19 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    fn line(ticket: u64) -> Reply {
+        Reply::InLine { ticket }
+    }
+
     #[test]
-    fn a_quorum_of_grants_holds_from_the_earliest() {
+    fn a_quorum_of_keys_holds_from_the_earliest() {
         let t0 = Instant::now();
         let mut standing = Standing::new(3, 2);
-        standing.round(t0, &[Reply::InLine, Reply::InLine, Reply::InLine]);
-        assert!(standing.stands());
+        standing.round(t0, &[line(4), line(4), line(4)]);
+        assert_eq!(standing.next(), Next::Wait);
         assert_eq!(standing.held_from(), None);
-        standing.round(
-            t0 + 10 * MS,
-            &[Reply::InLine, Reply::Unknown, Reply::Granted],
-        );
+        standing.round(t0 + 10 * MS, &[line(4), Reply::Unknown, Reply::Granted]);
         standing.handed(0);
-        assert_eq!(
-            standing.held_from(),
-            Some(t0 + 10 * MS).min(Some(t0 + 10 * MS))
-        );
         // Node 0 was handed the lock for an entry renewed at t0 + 10 ms, node 2 granted then.
         assert_eq!(standing.held_from(), Some(t0 + 10 * MS));
     }
@@ -358,8 +381,8 @@ mod tests {
     fn a_handed_key_lives_from_the_renewal_it_was_handed_for() {
         let t0 = Instant::now();
         let mut standing = Standing::new(3, 2);
-        standing.round(t0, &[Reply::InLine, Reply::InLine, Reply::InLine]);
-        standing.round(t0 + 5 * MS, &[Reply::Unknown, Reply::InLine, Reply::InLine]);
+        standing.round(t0, &[line(4), line(4), line(4)]);
+        standing.round(t0 + 5 * MS, &[Reply::Unknown, line(4), line(4)]);
         standing.handed(0);
         standing.handed(1);
         // Node 0's last renewal we know of is t0 (its reply to the second round never came).
@@ -370,60 +393,53 @@ mod tests {
     fn a_grant_without_a_known_renewal_needs_a_round() {
         let t0 = Instant::now();
         let mut standing = Standing::new(3, 2);
-        standing.round(t0, &[Reply::InLine, Reply::Unknown, Reply::InLine]);
+        standing.round(t0, &[line(1), Reply::Unknown, line(1)]);
         standing.handed(1);
         assert!(standing.unconfirmed());
         standing.handed(0);
         assert_eq!(standing.held_from(), None, "node 1 cannot count");
-        standing.round(t0 + MS, &[Reply::Granted, Reply::Granted, Reply::InLine]);
+        standing.round(t0 + MS, &[Reply::Granted, Reply::Granted, line(1)]);
         assert!(!standing.unconfirmed());
         assert_eq!(standing.held_from(), Some(t0 + MS));
     }
 
     #[test]
-    fn a_waiter_stands_only_on_a_quorum() {
+    fn places_with_different_tickets_are_aligned_to_the_highest() {
         let t0 = Instant::now();
         let mut standing = Standing::new(5, 3);
-        let refused = Reply::Refused { latest: 9 };
-        standing.round(
-            t0,
-            &[
-                Reply::InLine,
-                Reply::Granted,
-                refused,
-                refused,
-                Reply::Unknown,
-            ],
-        );
-        assert!(!standing.stands(), "two of five");
+        // Joined alongside another waiter: two nodes took the other one first.
+        standing.round(t0, &[line(7), line(8), line(7), line(8), Reply::Unknown]);
+        assert_eq!(standing.next(), Next::Align);
+        assert_eq!(standing.ticket(), Some(8));
         standing.round(
             t0 + MS,
-            &[
-                Reply::InLine,
-                Reply::Granted,
-                refused,
-                refused,
-                Reply::InLine,
-            ],
+            &[line(8), line(8), line(8), line(8), Reply::Unknown],
         );
-        assert!(standing.stands());
-        assert_eq!(latest_refused(&[Reply::InLine, refused]), 9);
+        assert_eq!(standing.next(), Next::Wait);
     }
 
     #[test]
-    fn losing_a_key_or_a_place_is_forgotten() {
+    fn a_waiter_reaching_a_minority_retreats() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(5, 3);
+        let down = Reply::Unknown;
+        standing.round(t0, &[line(2), Reply::Granted, down, down, down]);
+        assert_eq!(standing.next(), Next::Retreat, "two of five");
+        standing.clear();
+        assert_eq!(standing.ticket(), None);
+        standing.round(t0 + MS, &[line(2), Reply::Granted, line(2), down, down]);
+        assert_eq!(standing.next(), Next::Wait);
+    }
+
+    #[test]
+    fn losing_a_key_is_forgotten() {
         let t0 = Instant::now();
         let mut standing = Standing::new(3, 2);
-        standing.round(t0, &[Reply::Granted, Reply::Granted, Reply::InLine]);
+        standing.round(t0, &[Reply::Granted, Reply::Granted, line(3)]);
         assert_eq!(standing.held_from(), Some(t0));
         // Node 1's key expired and the node took us into its line again.
-        standing.round(
-            t0 + MS,
-            &[Reply::Granted, Reply::InLine, Reply::Refused { latest: 3 }],
-        );
+        standing.round(t0 + MS, &[Reply::Granted, line(5), line(3)]);
         assert_eq!(standing.held_from(), None);
-        assert!(standing.stands());
-        standing.clear();
-        assert!(!standing.stands());
+        assert_eq!(standing.next(), Next::Align);
     }
 }
