@@ -1,14 +1,17 @@
 #![doc = include_str!("../README.md")]
 
 mod acquire;
+mod checks;
 mod delay;
 mod error;
 mod fanout;
 mod fenced;
+mod inspect;
 mod keep_alive;
 mod lock;
 mod mutex;
 mod node;
+mod probe;
 mod quorum;
 mod redact;
 mod redlock;
@@ -17,8 +20,10 @@ mod settings;
 mod value;
 mod wake;
 
+pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;
+pub use inspect::{LockState, NodeAnswer, NodeLockState};
 pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;

@@ -78,7 +78,7 @@ impl NodeConnection {
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
     /// future costs a copy of it and a state machine on every node call. Errors the node replied
     /// with come back as [`Value::ServerError`].
-    fn send<'a>(
+    pub(crate) fn send<'a>(
         &'a mut self,
         cmd: &'a Cmd,
     ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
