@@ -402,7 +402,26 @@ async fn permissions_round(
         Ok(other) => return Round::Failed("SET NX PX", unexpected(&other)),
         Err(error) => return Round::Failed("SET NX PX", error),
     }
-    let (keys, args) = ([scratch], [&*value, &millis]);
+    let round = extend_and_unlock(connection, timeout, scratch, &value, &millis).await;
+    if let Round::Failed(..) = round {
+        // Scripts may be what is refused: the scratch key goes with a plain DEL (nobody else
+        // uses its random name), or else expires on its own.
+        let mut del = Cmd::new();
+        del.arg("DEL").arg(scratch);
+        let _ = bounded(timeout, send(connection, &del)).await;
+    }
+    round
+}
+
+/// The rest of the permissions round, once the scratch key is set.
+async fn extend_and_unlock(
+    connection: &mut NodeConnection,
+    timeout: Duration,
+    scratch: &str,
+    value: &str,
+    millis: &str,
+) -> Round {
+    let (keys, args) = ([scratch], [value, millis]);
     match bounded(
         timeout,
         eval(connection, EXTEND, &DIGESTS.extend, &keys, &args),
@@ -425,14 +444,16 @@ async fn permissions_round(
         Ok(other) => unexpected(&other),
         Err(error) => error,
     };
-    // Perhaps only PUBLISH is refused: then plain locks work, without wake-up on release.
+    // Perhaps only PUBLISH is refused: then plain locks work, without wake-up on release. The
+    // refused script may have deleted the key before it failed (scripts do not roll back), so
+    // the plain release may find nothing left.
     match bounded(
         timeout,
         eval(connection, RELEASE, &DIGESTS.release, &keys, &args[..1]),
     )
     .await
     {
-        Ok(Value::Int(1)) => Round::NoNotice(refused),
+        Ok(Value::Int(0 | 1)) => Round::NoNotice(refused),
         Ok(other) => Round::Failed("the unlock script", unexpected(&other)),
         Err(error) => Round::Failed("the unlock script", error),
     }
