@@ -304,11 +304,19 @@ fn sigterm_to_redmutex_reaches_the_command_and_the_lock_is_released_after_it_exi
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    // Read in a thread, so that a missing line fails the test instead of hanging it.
+    let (line_tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let _ = line_tx.send(line.unwrap());
+        }
+    });
+    let next = || lines.recv_timeout(Duration::from_secs(10)).expect("a line");
+    assert_eq!(next(), "ready");
     let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
     kill_process(pid, Signal::TERM).unwrap();
-    assert_eq!(lines.next().unwrap().unwrap(), "got TERM");
+    assert_eq!(next(), "got TERM");
     // The command is still finishing: the lock stays until it has exited.
     assert_eq!(present(&cluster, "term").len(), 3);
     let status = child.wait().unwrap();
@@ -329,4 +337,33 @@ fn a_command_that_cannot_start_exits_127_and_releases_the_lock() {
         "{ran:?}"
     );
     assert!(present(&cluster, "missing").is_empty());
+}
+
+#[tokio::test]
+async fn a_signal_while_waiting_ends_redmutex_without_running_the_command() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let (ran_file, script) = marker(dir.path());
+    let held = holder(&cluster, "patience").await;
+    let mut waiting = redmutex(&cluster)
+        .args(["run", "patience", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    eventually("the waiter listens", || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.subscribers("redmutex:released:patience") == 1)
+    });
+    let pid = Pid::from_raw(i32::try_from(waiting.id()).unwrap()).unwrap();
+    kill_process(pid, Signal::INT).unwrap();
+    let status = tokio::task::spawn_blocking(move || waiting.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(128 + 2));
+    assert!(!ran_file.exists());
+    for node in cluster.nodes() {
+        assert_eq!(node.get("patience").as_deref(), Some(held.value()));
+    }
+    held.unlock().await.unwrap();
 }
