@@ -1,18 +1,21 @@
 #![doc = include_str!("../README.md")]
 
 mod acquire;
+mod checks;
 mod connection;
 mod delay;
 mod error;
 mod fanout;
 mod fenced;
 mod hub;
+mod inspect;
 mod keep_alive;
 mod line;
 mod listener;
 mod lock;
 mod mutex;
 mod node;
+mod probe;
 mod quorum;
 mod redact;
 mod redlock;
@@ -22,9 +25,11 @@ mod target;
 mod value;
 mod waiting;
 
+pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
 pub use connection::NodeConnection;
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;
+pub use inspect::{LockState, NodeAnswer, NodeLockState};
 pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;

@@ -75,7 +75,7 @@ end
 return 1
 "#;
 
-/// Every script, as a client loads them into each node's cache when it starts.
+/// Every script of the lock path, as a client loads them into each node's cache when it starts.
 pub(crate) const ALL: &[&str] = &[
     RELEASE,
     RELEASE_NOTIFY,
@@ -86,6 +86,31 @@ pub(crate) const ALL: &[&str] = &[
     fair::RELEASE,
 ];
 
+/// Inspection (`Mutex::inspect`): `KEYS[1]` = name. Returns nil when the key is absent, else a short
+/// fingerprint of the value (the first 12 hex digits of its SHA1) and the key's PTTL, read in one
+/// atomic step. The value itself never leaves the node: it is a capability.
+pub(crate) const INSPECT: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if not current then return false end
+return {string.sub(redis.sha1hex(current), 1, 12), redis.call('PTTL', KEYS[1])}
+"#;
+
+/// Forced release (`Mutex::force_unlock`): deletes the key whatever it holds. `KEYS[1]` = name,
+/// `ARGV[1]` = `1` to publish a release notice as `RELEASE_NOTIFY` does (with the released value,
+/// so waiters tell this release from others). Returns 1 when a key was deleted, 0 when there was
+/// none. The fencing counter (`<name>:fence`) is another key and stays.
+pub(crate) const FORCE_RELEASE: &str = r#"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then return 0 end
+local current = ''
+if kind == 'string' then current = redis.call('GET', KEYS[1]) end
+redis.call('DEL', KEYS[1])
+if ARGV[1] == '1' then
+  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], current)
+end
+return 1
+"#;
+
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
 pub(crate) struct Digests {
     pub release: String,
@@ -93,6 +118,8 @@ pub(crate) struct Digests {
     pub extend: String,
     pub acquire_fenced: String,
     pub raise: String,
+    pub inspect: String,
+    pub force_release: String,
 }
 
 pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
@@ -101,6 +128,8 @@ pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
     extend: redis::Script::new(EXTEND).get_hash().to_owned(),
     acquire_fenced: redis::Script::new(ACQUIRE_FENCED).get_hash().to_owned(),
     raise: redis::Script::new(RAISE).get_hash().to_owned(),
+    inspect: redis::Script::new(INSPECT).get_hash().to_owned(),
+    force_release: redis::Script::new(FORCE_RELEASE).get_hash().to_owned(),
 });
 
 #[cfg(test)]
@@ -115,6 +144,8 @@ mod tests {
             &DIGESTS.extend,
             &DIGESTS.acquire_fenced,
             &DIGESTS.raise,
+            &DIGESTS.inspect,
+            &DIGESTS.force_release,
         ] {
             assert_eq!(digest.len(), 40);
             assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -125,5 +156,6 @@ mod tests {
     #[test]
     fn notices_go_to_the_channel_listeners_subscribe_to() {
         assert!(RELEASE_NOTIFY.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[1]")));
+        assert!(FORCE_RELEASE.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[1]")));
     }
 }

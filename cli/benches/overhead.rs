@@ -1,0 +1,118 @@
+//! What `redmutex run` adds to a command's wall time: `redmutex run --no-wait NAME -- true`
+//! against a bare `true`, on 5 local nodes, many runs interleaved.
+//!
+//! `cargo bench -p redmutex-cli --bench overhead` (runs: `BENCH_RUNS`, default 300). Also times
+//! `redmutex --version` (the process start-up alone: no runtime, no connection) and
+//! `redmutex status NAME` (start-up, connections and one inspection round), to show where the
+//! added time goes.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use testenv::Cluster;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_redmutex");
+
+struct Contender {
+    label: &'static str,
+    program: &'static str,
+    args: &'static [&'static str],
+    times: Vec<Duration>,
+}
+
+fn main() {
+    // `cargo test --benches` runs this too: one quick round is enough there.
+    let runs: usize = if std::env::args().any(|arg| arg == "--bench") {
+        std::env::var("BENCH_RUNS")
+            .ok()
+            .and_then(|runs| runs.parse().ok())
+            .unwrap_or(300)
+    } else {
+        3
+    };
+    let cluster = Cluster::start(5);
+    let nodes = cluster.urls().join(",");
+    let mut contenders = [
+        Contender {
+            label: "true",
+            program: "true",
+            args: &[],
+            times: Vec::new(),
+        },
+        Contender {
+            label: "redmutex --version",
+            program: BINARY,
+            args: &["--version"],
+            times: Vec::new(),
+        },
+        Contender {
+            label: "redmutex status bench",
+            program: BINARY,
+            args: &["status", "bench"],
+            times: Vec::new(),
+        },
+        Contender {
+            label: "redmutex run --no-wait bench -- true",
+            program: BINARY,
+            args: &["run", "--no-wait", "bench", "--", "true"],
+            times: Vec::new(),
+        },
+    ];
+    let time = |contender: &Contender| {
+        let started = Instant::now();
+        let status = Command::new(contender.program)
+            .args(contender.args)
+            .env("REDMUTEX_NODES", &nodes)
+            .stdout(Stdio::null())
+            .status()
+            .expect("starts");
+        let took = started.elapsed();
+        assert!(status.success(), "{}: {status}", contender.label);
+        took
+    };
+    // Warm-up: page cache, the nodes' script caches.
+    for contender in &contenders {
+        for _ in 0..5 {
+            time(contender);
+        }
+    }
+    // Interleaved, so that every contender sees the same background load.
+    for _ in 0..runs {
+        for contender in &mut contenders {
+            let took = time(contender);
+            contender.times.push(took);
+        }
+    }
+    println!(
+        "{runs} runs each, interleaved, 5 local nodes ({} cores)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("{:40} {:>10} {:>10}", "", "median", "p95");
+    let bare = summary(&mut contenders[0].times);
+    for contender in &mut contenders {
+        let (median, p95) = summary(&mut contender.times);
+        println!(
+            "{:40} {:>10} {:>10}",
+            contender.label,
+            millis(median),
+            millis(p95)
+        );
+    }
+    let (median, p95) = summary(&mut contenders[3].times);
+    println!(
+        "\nadded by `redmutex run`: {} at the median, {} at p95",
+        millis(median.saturating_sub(bare.0)),
+        millis(p95.saturating_sub(bare.1))
+    );
+}
+
+/// The median and the 95th percentile.
+fn summary(times: &mut [Duration]) -> (Duration, Duration) {
+    times.sort_unstable();
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.95))
+}
+
+fn millis(duration: Duration) -> String {
+    format!("{:.2} ms", duration.as_secs_f64() * 1000.0)
+}

@@ -1,0 +1,137 @@
+//! The command line, as clap reads it.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+
+const ABOUT: &str = "Run a command under a distributed lock held on a quorum of Redis nodes \
+                     (Redlock), and inspect, break or check such locks.";
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0-255  run: the command's own status (128 + N when it died of signal N)
+  1      doctor: a check failed
+  64     usage or configuration error (bad option, no nodes, malformed URL)
+  69     no quorum of nodes reachable
+  70     run: the lock was lost while the command ran, and the command was terminated
+  75     run: the lock is held elsewhere (--no-wait), or the --wait time ran out
+  126    run: the command could not be started (127: not found)
+
+Nodes come from --nodes or REDMUTEX_NODES; passwords in their URLs never appear in output.";
+
+/// `redmutex`: the command line.
+#[derive(Debug, Parser)]
+#[command(name = "redmutex", version, about = ABOUT, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// The Redis nodes, comma-separated (redis://[[user]:password@]host:port[/db]).
+    /// Default: the REDMUTEX_NODES environment variable.
+    #[arg(long, global = true, value_name = "URL,...")]
+    pub nodes: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Run(RunArgs),
+    Status(StatusArgs),
+    Unlock(UnlockArgs),
+    Doctor(DoctorArgs),
+}
+
+/// Run COMMAND while holding the lock NAME; exit with its status.
+///
+/// Takes the lock (waiting for it unless --no-wait or --wait say otherwise), starts COMMAND
+/// without a shell in its own process group (stdin, stdout and stderr inherited, REDMUTEX_NAME
+/// set, and REDMUTEX_TOKEN with --fencing), extends the lock while it runs, and releases the lock
+/// when it exits. If the lock is lost (an extension fails, or its validity runs out), COMMAND's
+/// process group gets SIGTERM at once and SIGKILL when --grace has passed or the lock's validity
+/// ends, whichever comes first: COMMAND never runs past the lock. SIGINT, SIGTERM, SIGHUP and
+/// SIGQUIT sent to redmutex are passed on to COMMAND; the lock is released once it exited.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct RunArgs {
+    /// How long the nodes keep the lock without an extension; it is extended three times per
+    /// expiry while COMMAND runs. Written as 500ms, 8s, 2m or 1h.
+    #[arg(long, value_name = "DURATION", default_value = "8s", value_parser = parse_duration)]
+    pub expiry: Duration,
+
+    /// Give up (exit 75) if the lock is not free within DURATION. Default: wait as long as it
+    /// takes.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// One attempt: if the lock is held elsewhere, exit 75 without running COMMAND.
+    #[arg(long)]
+    pub no_wait: bool,
+
+    /// Pass a fencing token to COMMAND as REDMUTEX_TOKEN (a decimal number that grows with every
+    /// acquisition of NAME), for COMMAND to hand to the resource it protects.
+    #[arg(long)]
+    pub fencing: bool,
+
+    /// After the lock is lost: how long COMMAND may take to exit on SIGTERM before SIGKILL, at
+    /// most until the lock's validity ends.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// The lock's name: the Redis key on every node.
+    pub name: String,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Show whether NAME is held, for how long, and each node's answer (never the lock value).
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// One JSON object: name, held, ttl_ms, quorum, fingerprint, nodes.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock's name.
+    pub name: String,
+}
+
+/// Break the lock NAME: delete its key on every node, whatever its holder.
+///
+/// For a lock whose holder is known to be dead or hung. A holder that is still running keeps
+/// going as if it held the lock until its next extension fails, while someone else may take the
+/// lock: this breaks mutual exclusion on purpose, so it needs --force. Waiters are woken at once.
+/// The fencing counter is kept, so tokens go on increasing.
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// Required: confirms that breaking the lock is intended.
+    #[arg(long)]
+    pub force: bool,
+
+    /// The lock's name.
+    pub name: String,
+}
+
+/// Check every node: reachable, distinct servers, independent masters, no eviction, persistence,
+/// permissions.
+///
+/// One row per node and check, each pass, warn, skip or fail with a one-line reason. Exits 0 when
+/// nothing fails (warnings allowed), 1 when a check fails.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// One JSON object: ok, quorum, sound_nodes, checks.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The bound on each question to a node.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// The prefix of the scratch name the permissions check locks; pick one your ACL key
+    /// patterns allow.
+    #[arg(long, value_name = "PREFIX", default_value = "redmutex:check:")]
+    pub scratch_prefix: String,
+}

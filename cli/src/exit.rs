@@ -1,0 +1,100 @@
+//! Exit codes (the BSD `sysexits` numbers where one fits), and how library errors map to them.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use redmutex::{Error, NodeErrorKind};
+
+use crate::redact::redact;
+
+/// `doctor`: a check failed.
+pub const CHECK_FAILED: u8 = 1;
+/// Usage or configuration error (`EX_USAGE`).
+pub const USAGE: u8 = 64;
+/// No quorum of nodes reachable (`EX_UNAVAILABLE`).
+pub const UNAVAILABLE: u8 = 69;
+/// The lock was lost while the command ran (`EX_SOFTWARE`).
+pub const LOST: u8 = 70;
+/// The machine refused something redmutex needs (a runtime, a signal handler) (`EX_OSERR`).
+pub const OS_ERROR: u8 = 71;
+/// The lock is held elsewhere, or the wait ran out (`EX_TEMPFAIL`).
+pub const HELD: u8 = 75;
+/// The command could not be started, as shells report it.
+pub const CANNOT_EXECUTE: u8 = 126;
+/// The command was not found, as shells report it.
+pub const NOT_FOUND: u8 = 127;
+
+/// Prints `message` on stderr, prefixed and with any credentials hidden.
+pub fn say(message: impl AsRef<str>) {
+    // Not eprintln!, which panics when stderr is closed.
+    let _ = writeln!(io::stderr(), "redmutex: {}", redact(message.as_ref()));
+}
+
+/// Prints `text` on stdout, with any credentials hidden. A closed stdout (`| head`) is no error.
+pub fn show(text: impl AsRef<str>) {
+    let _ = writeln!(io::stdout(), "{}", redact(text.as_ref()));
+}
+
+/// Prints `message` and gives `code`.
+pub fn fail(code: u8, message: impl AsRef<str>) -> ExitCode {
+    say(message);
+    ExitCode::from(code)
+}
+
+/// The exit code of a failed acquisition: 75 when the lock is held (or the nodes that answered
+/// were split between holders), 69 when too few nodes answered at all, 64 for bad settings.
+pub fn acquire_code(error: &Error) -> u8 {
+    match error {
+        Error::Taken { .. } => HELD,
+        Error::NoQuorum {
+            quorum,
+            total,
+            failures,
+            ..
+        } => {
+            let silent = failures
+                .iter()
+                .filter(|f| !matches!(f.kind, NodeErrorKind::Taken | NodeErrorKind::Missing))
+                .count();
+            held_or_unavailable(*quorum, *total, silent)
+        }
+        Error::Config { .. } => USAGE,
+        // Expired: the nodes answered too slowly for any validity to be left.
+        _ => UNAVAILABLE,
+    }
+}
+
+/// After an attempt without a quorum: held elsewhere if a quorum of nodes answered (some with
+/// another owner's value), else unavailable. `silent` nodes gave no definite answer.
+fn held_or_unavailable(quorum: usize, total: usize, silent: usize) -> u8 {
+    if total.saturating_sub(silent) >= quorum {
+        HELD
+    } else {
+        UNAVAILABLE
+    }
+}
+
+/// The exit code of a failed status or forced unlock.
+pub fn query_code(error: &Error) -> u8 {
+    match error {
+        Error::Config { .. } => USAGE,
+        _ => UNAVAILABLE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_or_unreachable() {
+        assert_eq!(acquire_code(&Error::Taken { nodes: vec![0, 1] }), HELD);
+        assert_eq!(acquire_code(&Error::Expired), UNAVAILABLE);
+        // 5 nodes, 2 taken, 2 ours, 1 down: a quorum answered, the lock is contended.
+        assert_eq!(held_or_unavailable(3, 5, 1), HELD);
+        // 3 of 5 silent: nobody can lock.
+        assert_eq!(held_or_unavailable(3, 5, 3), UNAVAILABLE);
+        assert_eq!(held_or_unavailable(2, 3, 1), HELD);
+        assert_eq!(held_or_unavailable(2, 3, 2), UNAVAILABLE);
+    }
+}

@@ -1,0 +1,82 @@
+//! `redmutex`: run a command under a distributed lock held on a quorum of Redis nodes, and the
+//! operator's tools around such locks (status, forced unlock, node checks).
+//!
+//! A thin shell over the `redmutex` library's public API; see the README's "Command line" section.
+
+mod args;
+mod doctor;
+mod duration;
+mod exit;
+mod redact;
+mod run;
+mod status;
+mod supervise;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+use redmutex::Redlock;
+
+use crate::args::{Cli, Command};
+use crate::exit::{OS_ERROR, USAGE, fail};
+use crate::redact::redact;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            if error.use_stderr() {
+                // clap echoes arguments, which may be URLs with passwords.
+                let _ = write!(io::stderr(), "{}", redact(&error.render().to_string()));
+                return ExitCode::from(USAGE);
+            }
+            // --help and --version: fixed text, no argument echoed.
+            let _ = write!(io::stdout(), "{}", error.render());
+            return ExitCode::SUCCESS;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(OS_ERROR, format!("cannot start the runtime: {error}")),
+    };
+    runtime.block_on(dispatch(cli))
+}
+
+async fn dispatch(cli: Cli) -> ExitCode {
+    let urls = match node_urls(cli.nodes) {
+        Ok(urls) => urls,
+        Err(message) => return fail(USAGE, message),
+    };
+    let redlock = match Redlock::connect(&urls).await {
+        Ok(redlock) => redlock,
+        Err(error) => return fail(USAGE, error.to_string()),
+    };
+    match cli.command {
+        Command::Run(args) => run::run(&redlock, args).await,
+        Command::Status(args) => status::status(&redlock, args).await,
+        Command::Unlock(args) => status::unlock(&redlock, args).await,
+        Command::Doctor(args) => doctor::doctor(&redlock, args).await,
+    }
+}
+
+/// The node URLs from `--nodes`, else from `REDMUTEX_NODES`.
+fn node_urls(option: Option<String>) -> Result<Vec<String>, String> {
+    let list = match option {
+        Some(list) => list,
+        None => std::env::var("REDMUTEX_NODES").unwrap_or_default(),
+    };
+    let urls: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if urls.is_empty() {
+        return Err("no nodes: give --nodes URL,URL,... or set REDMUTEX_NODES".to_owned());
+    }
+    Ok(urls)
+}

@@ -1,0 +1,165 @@
+//! `redmutex run`: take the lock, run the command under it, release it.
+
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitCode, ExitStatus};
+use std::time::{Duration, Instant};
+
+use redmutex::{Error, Lock, Mutex, Redlock};
+use rustix::process::Signal;
+
+use crate::args::RunArgs;
+use crate::exit::{
+    CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, USAGE, acquire_code, fail, say,
+};
+use crate::supervise::{Outcome, Signals, supervise};
+
+/// The per-node timeout as a fraction of the expiry (the library's default, spelled out because
+/// the cleanup pause below depends on it).
+const TIMEOUT_FACTOR: f64 = 0.05;
+
+/// Extensions per expiry while the command runs.
+const EXTENSIONS_PER_EXPIRY: u32 = 3;
+
+pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
+    if args.name.is_empty() {
+        return fail(USAGE, "NAME must not be empty");
+    }
+    let Some((program, program_args)) = args.command.split_first() else {
+        return fail(USAGE, "no COMMAND given after --");
+    };
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(error) => return fail(OS_ERROR, format!("cannot handle signals: {error}")),
+    };
+    let mutex = redlock
+        .new_mutex(args.name.as_str())
+        .with_expiry(args.expiry)
+        .with_timeout_factor(TIMEOUT_FACTOR)
+        .with_fencing(args.fencing)
+        .with_wake_on_release(true);
+    let acquired = tokio::select! {
+        acquired = acquire(&mutex, &args) => acquired,
+        signal = signals.recv() => {
+            // A lock() cut short releases what it took in the background: give that time to go out.
+            cleanup_pause(&args).await;
+            return ExitCode::from(signal_code(signal));
+        }
+    };
+    let lock = match acquired {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
+
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(program_args)
+        .process_group(0)
+        .env("REDMUTEX_NAME", &args.name);
+    if let Some(token) = lock.token() {
+        command.env("REDMUTEX_TOKEN", token.to_string());
+    }
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            release(&lock).await;
+            let code = match error.kind() {
+                ErrorKind::NotFound => NOT_FOUND,
+                _ => CANNOT_EXECUTE,
+            };
+            return fail(
+                code,
+                format!("cannot run {}: {error}", program.to_string_lossy()),
+            );
+        }
+    };
+
+    let interval = args.expiry / EXTENSIONS_PER_EXPIRY;
+    match supervise(child, &lock, interval, args.grace, &mut signals).await {
+        Ok(Outcome::Exited(status)) => {
+            release(&lock).await;
+            ExitCode::from(status_code(status))
+        }
+        Ok(Outcome::Lost) => {
+            // Nodes that still hold this lock's value let go, so the next holder need not wait.
+            let _ = lock.unlock().await;
+            ExitCode::from(LOST)
+        }
+        Err(error) => {
+            release(&lock).await;
+            fail(OS_ERROR, format!("lost track of the command: {error}"))
+        }
+    }
+}
+
+/// Takes the lock as the options say, or says why not and gives the exit code.
+async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, ExitCode> {
+    let started = Instant::now();
+    let error = match mutex.try_lock().await {
+        Ok(lock) => return Ok(lock),
+        Err(error) => error,
+    };
+    let code = acquire_code(&error);
+    // Too few nodes answered (69) or bad settings (64): waiting would not help.
+    if args.no_wait || code != HELD {
+        return Err(fail(code, why(&args.name, &error)));
+    }
+    let waiting = mutex
+        .clone()
+        .with_tries(u32::MAX)
+        // Release notices wake the waiter; this delay is the fallback for a lost notice.
+        .with_retry_delay_fn(|_| Duration::from_millis(rand::random_range(250..1000)));
+    let waited = match args.wait {
+        None => waiting.lock().await,
+        Some(limit) => {
+            let left = limit.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, waiting.lock()).await {
+                Ok(waited) => waited,
+                Err(_) => {
+                    cleanup_pause(args).await;
+                    return Err(fail(
+                        HELD,
+                        format!("{}: still held after waiting {limit:?}", args.name),
+                    ));
+                }
+            }
+        }
+    };
+    waited.map_err(|error| fail(acquire_code(&error), why(&args.name, &error)))
+}
+
+fn why(name: &str, error: &Error) -> String {
+    match error {
+        Error::Taken { .. } => format!("{name}: held elsewhere"),
+        other => format!("{name}: {other}"),
+    }
+}
+
+/// After a `lock()` was cut short: the release of its last attempt runs in the background, and
+/// must go out before the process ends. It is bounded by the node timeout.
+async fn cleanup_pause(args: &RunArgs) {
+    tokio::time::sleep(args.expiry.mul_f64(TIMEOUT_FACTOR)).await;
+}
+
+/// Releases the lock after the command; a failure only costs others the rest of the expiry.
+async fn release(lock: &Lock) {
+    if let Err(error) = lock.unlock().await {
+        say(format!(
+            "could not release the lock {} ({error}); it expires on its own",
+            lock.name()
+        ));
+    }
+}
+
+/// The command's status as a shell reports it: its exit code, or 128 + the signal that ended it.
+fn status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => u8::try_from((128 + signal) & 0xff).unwrap_or(u8::MAX),
+        (None, None) => u8::MAX,
+    }
+}
+
+fn signal_code(signal: Signal) -> u8 {
+    u8::try_from((128 + signal.as_raw()) & 0xff).unwrap_or(u8::MAX)
+}

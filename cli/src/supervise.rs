@@ -1,0 +1,167 @@
+//! Running the command while the lock holds, and ending it when the lock does not.
+//!
+//! The command never runs past the lock's validity (up to signal delivery): this loop watches
+//! `valid_until` itself, re-reading it after every extension, rather than trusting only the
+//! keep-alive's report. Once the lock is lost the command's process group gets SIGTERM at once
+//! and SIGKILL at the earlier of the grace period's end and the validity's end (a few
+//! milliseconds before it, see [`KILL_MARGIN`]).
+
+use std::io;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use redmutex::{KeepAlive, KeepAliveEnd, Lock};
+use rustix::process::{Pid, Signal, kill_process_group};
+use tokio::process::Child;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::sleep_until;
+
+use crate::exit::say;
+
+/// SIGKILL goes out this long before the validity ends, so that delivery and the process's
+/// teardown are done by then, and a timer that fires a little late is still in time.
+const KILL_MARGIN: Duration = Duration::from_millis(10);
+
+/// How the command ended.
+pub enum Outcome {
+    /// It exited while the lock held (perhaps after a signal passed on to it).
+    Exited(ExitStatus),
+    /// The lock was lost, and the command was terminated.
+    Lost,
+}
+
+/// The signals redmutex passes on to the command rather than die of (leaving the command to run
+/// on without the lock).
+pub struct Signals {
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    /// Takes over SIGINT, SIGTERM, SIGHUP and SIGQUIT for this process.
+    pub fn install() -> io::Result<Signals> {
+        let kinds = [
+            (Signal::INT, SignalKind::interrupt()),
+            (Signal::TERM, SignalKind::terminate()),
+            (Signal::HUP, SignalKind::hangup()),
+            (Signal::QUIT, SignalKind::quit()),
+        ];
+        let mut streams = Vec::new();
+        for (number, kind) in kinds {
+            streams.push((number, signal(kind)?));
+        }
+        Ok(Signals { streams })
+    }
+
+    /// The next signal received.
+    ///
+    /// Cancel safe: a signal that arrives meanwhile is kept for the next call.
+    pub async fn recv(&mut self) -> Signal {
+        std::future::poll_fn(|cx| {
+            for (number, stream) in &mut self.streams {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*number);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+/// Waits for `child` to exit, extending `lock` every `interval` meanwhile, and ends it when the
+/// lock is lost. Signals received are passed on to the child's process group.
+pub async fn supervise(
+    mut child: Child,
+    lock: &Lock,
+    interval: Duration,
+    grace: Duration,
+    signals: &mut Signals,
+) -> io::Result<Outcome> {
+    // The child leads its own process group (spawned with `process_group(0)`).
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(Pid::from_raw);
+    let mut keep: Option<KeepAlive> = Some(lock.keep_alive(interval));
+    // Once lost: when SIGKILL is due, and whether it went out.
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    loop {
+        let valid_until = last_moment(lock);
+        let lost = kill_at.is_some();
+        tokio::select! {
+            biased;
+            status = child.wait() => {
+                let status = status?;
+                if lost {
+                    // Whatever the command left running in its group goes too: the lock is gone.
+                    send(group, Signal::KILL);
+                    return Ok(Outcome::Lost);
+                }
+                return Ok(Outcome::Exited(status));
+            }
+            () = sleep_until(kill_at.unwrap_or(valid_until).into()), if lost && !killed => {
+                send(group, Signal::KILL);
+                killed = true;
+            }
+            () = sleep_until(valid_until.into()), if !lost => {
+                // An extension may have moved the validity while this timer ran.
+                if last_moment(lock) <= Instant::now() {
+                    keep = None;
+                    kill_at = Some(lose(lock, group, grace, "its validity ran out"));
+                }
+            }
+            end = ended(&keep), if !lost => {
+                keep = None;
+                kill_at = Some(lose(lock, group, grace, &describe(&end)));
+            }
+            signal = signals.recv() => {
+                send(group, signal);
+            }
+        }
+    }
+}
+
+/// The last moment the command may still run: just before the lock's validity ends.
+fn last_moment(lock: &Lock) -> Instant {
+    let valid_until = lock.valid_until();
+    valid_until.checked_sub(KILL_MARGIN).unwrap_or(valid_until)
+}
+
+/// Resolves when the keep-alive stopped; never without one.
+async fn ended(keep: &Option<KeepAlive>) -> KeepAliveEnd {
+    match keep {
+        Some(keep) => keep.ended().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The lock is lost: SIGTERM now; returns when SIGKILL is due.
+fn lose(lock: &Lock, group: Option<Pid>, grace: Duration, why: &str) -> Instant {
+    send(group, Signal::TERM);
+    let now = Instant::now();
+    let kill_at = now.checked_add(grace).unwrap_or(now).min(last_moment(lock));
+    say(format!(
+        "lost the lock {} ({why}): sent SIGTERM to the command, SIGKILL follows in {:?} at the \
+         latest",
+        lock.name(),
+        kill_at.saturating_duration_since(now)
+    ));
+    kill_at
+}
+
+fn describe(end: &KeepAliveEnd) -> String {
+    match end {
+        KeepAliveEnd::Lost(error) => format!("an extension failed: {error}"),
+        KeepAliveEnd::Expired => "its validity ran out before an extension succeeded".to_owned(),
+        KeepAliveEnd::Unlocked => "it was unlocked".to_owned(),
+        other => format!("the keep-alive stopped: {other:?}"),
+    }
+}
+
+/// Sends `signal` to the process group; one that is gone already is no error.
+fn send(group: Option<Pid>, signal: Signal) {
+    if let Some(group) = group {
+        let _ = kill_process_group(group, signal);
+    }
+}

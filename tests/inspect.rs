@@ -1,0 +1,261 @@
+//! `Mutex::inspect` and `Mutex::force_unlock`, on real nodes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redmutex::{Error, NodeAnswer};
+use support::{client, quick, warm_up, within};
+use testenv::Cluster;
+
+#[tokio::test]
+async fn a_free_name_is_not_held() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let state = quick(&redlock, "inspect:free").inspect().await.unwrap();
+    assert!(!state.is_held());
+    assert_eq!(
+        (state.ttl(), state.fingerprint(), state.holders()),
+        (None, None, 0)
+    );
+    assert_eq!(state.nodes().len(), 3);
+    for (index, node) in state.nodes().iter().enumerate() {
+        assert_eq!(node.node, index);
+        assert_eq!(
+            node.address.as_deref(),
+            Some(cluster.node(index).url().as_str())
+        );
+        assert!(matches!(node.answer, NodeAnswer::Free), "{node:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_held_lock_shows_its_ttl_and_fingerprint_but_never_its_value() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "inspect:held");
+    let lock = mutex.lock().await.unwrap();
+    let state = mutex.inspect().await.unwrap();
+    assert!(state.is_held());
+    assert_eq!(state.holders(), 5);
+    let ttl = state.ttl().unwrap();
+    assert!(
+        ttl <= Duration::from_secs(2) && ttl > Duration::from_secs(1),
+        "{ttl:?}"
+    );
+    let fingerprint = state.fingerprint().unwrap();
+    assert_eq!(fingerprint.len(), 12);
+    assert!(fingerprint.bytes().all(|b| b.is_ascii_hexdigit()));
+    // The value is a capability: it appears nowhere in the answer.
+    let shown = format!("{state:?} {}", state.nodes()[0].answer);
+    assert!(!shown.contains(lock.value()), "{shown}");
+    // Another acquisition has another fingerprint.
+    lock.unlock().await.unwrap();
+    let again = mutex.lock().await.unwrap();
+    let next = mutex.inspect().await.unwrap();
+    assert_ne!(next.fingerprint(), Some(fingerprint));
+    again.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn held_means_a_quorum_of_one_value_and_ttl_the_smallest_of_its_holders() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "inspect:split");
+    let name = mutex.name();
+    // Two values on two nodes each: no quorum holds either.
+    for (node, value) in [(0, "a"), (1, "a"), (2, "b"), (3, "b")] {
+        cluster
+            .node(node)
+            .set_px(name, value, Duration::from_secs(30));
+    }
+    let state = mutex.inspect().await.unwrap();
+    assert!(!state.is_held());
+    assert_eq!(state.ttl(), None);
+    let fingerprints: Vec<Option<&str>> = state
+        .nodes()
+        .iter()
+        .map(|node| match &node.answer {
+            NodeAnswer::Held { fingerprint, .. } => Some(fingerprint.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fingerprints[0], fingerprints[1]);
+    assert_ne!(fingerprints[0], fingerprints[2]);
+    assert_eq!(fingerprints[4], None);
+
+    // A third node with "a", with the shortest TTL of all its holders; "b" has a shorter one still.
+    cluster.node(4).set_px(name, "a", Duration::from_secs(10));
+    cluster.node(2).set_px(name, "b", Duration::from_secs(5));
+    let state = mutex.inspect().await.unwrap();
+    assert!(state.is_held());
+    assert_eq!(state.holders(), 3);
+    let ttl = state.ttl().unwrap();
+    assert!(
+        ttl <= Duration::from_secs(10) && ttl > Duration::from_secs(8),
+        "{ttl:?}"
+    );
+}
+
+#[tokio::test]
+async fn inspect_needs_a_quorum_of_answers() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "inspect:down");
+    warm_up(&mutex).await;
+    let lock = mutex.lock().await.unwrap();
+    cluster.node(0).kill();
+    cluster.node(1).pause();
+    // Two of five gone: the other three still tell.
+    let state = mutex.inspect().await.unwrap();
+    assert!(state.is_held());
+    assert!(matches!(state.nodes()[1].answer, NodeAnswer::Failed(_)));
+    cluster.node(2).kill();
+    match mutex.inspect().await {
+        Err(Error::NoQuorum {
+            ok: 2,
+            quorum: 3,
+            failures,
+            ..
+        }) => assert_eq!(
+            failures.iter().map(|f| f.node).collect::<Vec<_>>(),
+            [0, 1, 2]
+        ),
+        other => panic!("{other:?}"),
+    }
+    cluster.node(1).resume();
+    drop(lock);
+}
+
+#[tokio::test]
+async fn force_unlock_frees_another_holders_lock_and_its_extend_then_fails() {
+    let cluster = Cluster::start(5);
+    let holder = client(&cluster).await;
+    let operator = client(&cluster).await;
+    let name = "inspect:force";
+    let held = quick(&holder, name).lock().await.unwrap();
+    // Held on three nodes only: the count says where a key was deleted.
+    cluster.node(0).del(name);
+    cluster.node(1).del(name);
+    let mutex = quick(&operator, name);
+    assert_eq!(mutex.force_unlock().await.unwrap(), 3);
+    assert!(cluster.nodes().iter().all(|node| !node.exists(name)));
+    assert!(!mutex.inspect().await.unwrap().is_held());
+    assert!(matches!(held.extend().await, Err(Error::Expired)));
+    assert!(matches!(held.unlock().await, Err(Error::Expired)));
+    // Nothing left to delete.
+    assert_eq!(mutex.force_unlock().await.unwrap(), 0);
+    // Someone else gets the lock at once.
+    let next = mutex.try_lock().await.unwrap();
+    next.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn force_unlock_leaves_the_fencing_counter_alone() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "inspect:fenced").with_fencing(true);
+    let first = mutex.lock().await.unwrap();
+    let token = first.token().unwrap();
+    let counters: Vec<Option<String>> = cluster
+        .nodes()
+        .iter()
+        .map(|node| node.get("inspect:fenced:fence"))
+        .collect();
+    assert_eq!(mutex.force_unlock().await.unwrap(), 3);
+    for (node, counter) in cluster.nodes().iter().zip(&counters) {
+        assert_eq!(&node.get("inspect:fenced:fence"), counter);
+    }
+    let second = mutex.lock().await.unwrap();
+    assert!(second.token().unwrap() > token);
+    second.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn force_unlock_publishes_a_release_notice_only_with_wake_on_release() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let plain = quick(&redlock, "inspect:notice");
+    let _held = plain.lock().await.unwrap();
+    plain.force_unlock().await.unwrap();
+    assert!(
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.calls("publish") == 0)
+    );
+    let _held = plain.lock().await.unwrap();
+    plain
+        .with_wake_on_release(true)
+        .force_unlock()
+        .await
+        .unwrap();
+    assert!(
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.calls("publish") == 1)
+    );
+}
+
+#[tokio::test]
+async fn force_unlock_wakes_a_waiter_at_once() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = client(&cluster).await;
+    let waking = |redlock: &redmutex::Redlock| {
+        redlock
+            .new_mutex("inspect:wake")
+            .with_expiry(Duration::from_secs(30))
+            .with_retry_delay(Duration::from_secs(60))
+            .with_tries(10)
+            .with_wake_on_release(true)
+    };
+    let _stuck = waking(&holder).lock().await.unwrap();
+    let mutex = waking(&waiter);
+    let waiting = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    // The waiter has tried twice (before and after subscribing) and now waits for a notice.
+    within(Duration::from_secs(5), "the waiter waits", || {
+        cluster.nodes().iter().all(|node| node.calls("set") == 3)
+    })
+    .await;
+    let forced = Instant::now();
+    assert_eq!(mutex.force_unlock().await.unwrap(), 3);
+    let lock = waiting.await.unwrap().unwrap();
+    // Far below the minute-long retry delay: the notice woke it.
+    assert!(forced.elapsed() < Duration::from_secs(20));
+    lock.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn force_unlock_without_a_quorum_says_so() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = quick(&redlock, "inspect:force-down");
+    warm_up(&mutex).await;
+    let _held = mutex.lock().await.unwrap();
+    cluster.node(1).kill();
+    cluster.node(2).kill();
+    assert!(matches!(
+        mutex.force_unlock().await,
+        Err(Error::NoQuorum { ok: 1, .. })
+    ));
+    // The node that answered did let go.
+    assert!(!cluster.node(0).exists("inspect:force-down"));
+}
+
+#[tokio::test]
+async fn invalid_settings_fail_before_any_io() {
+    let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"])
+        .await
+        .unwrap();
+    let mutex = redlock.new_mutex("");
+    assert!(matches!(mutex.inspect().await, Err(Error::Config { .. })));
+    assert!(matches!(
+        mutex.force_unlock().await,
+        Err(Error::Config { .. })
+    ));
+}
