@@ -26,8 +26,9 @@ pub(crate) enum Waiting<'a> {
     Sleep { plan: &'a Plan },
     /// The retry delay, cut short by release notices (`with_wake_on_release`).
     Notices(NoticeWait<'a>),
-    /// A place in the line across clients (`with_fair`).
-    Fair(FairWait<'a>),
+    /// A place in the line across clients (`with_fair`). Boxed: only fair calls pay for its
+    /// size, not every `lock()` future.
+    Fair(Box<FairWait<'a>>),
 }
 
 /// How a wait ended.
@@ -42,7 +43,7 @@ impl<'a> Waiting<'a> {
     /// The way `mutex` waits, for a call that makes up to `tries` attempts.
     pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan, tries: u32) -> Waiting<'a> {
         if plan.fair {
-            Waiting::Fair(FairWait::new(mutex, plan, tries))
+            Waiting::Fair(Box::new(FairWait::new(mutex, plan, tries)))
         } else if plan.wake_on_release && tries > 1 {
             // One attempt has nothing to wait for.
             Waiting::Notices(NoticeWait::new(mutex, plan))

@@ -211,6 +211,42 @@ async fn the_line_keeps_its_order_through_node_faults() {
     history.assert_exclusive();
 }
 
+/// Clients that all find the name free at once split the nodes between them (each takes the free
+/// key on the nodes it reaches first). The waiters holding keys out of turn pass them to the first
+/// in line, so one of them gets the lock, every time, and the rest follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_lockers_of_a_free_name_never_deadlock() {
+    let cluster = Cluster::start(5);
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        clients.push(client(&cluster).await);
+    }
+    for round in 0..10 {
+        let name = format!("fair:split:{round}");
+        let history = Arc::new(History::new());
+        let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+        let mut lockers = Vec::new();
+        for (i, redlock) in clients.iter().enumerate() {
+            let (mutex, start) = (fair(redlock, &name), Arc::clone(&start));
+            let history = Arc::clone(&history);
+            lockers.push(tokio::spawn(async move {
+                start.wait().await;
+                let lock = mutex.lock().await.expect("served in line");
+                let from = Instant::now();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                history.record(&i.to_string(), from, Instant::now(), lock.valid_until());
+                lock.unlock().await.expect("unlock");
+            }));
+        }
+        let all = futures::future::join_all(lockers);
+        let served = tokio::time::timeout(Duration::from_secs(20), all).await;
+        assert!(served.is_ok(), "round {round}: the lockers deadlocked");
+        assert_eq!(history.len(), clients.len());
+        history.assert_exclusive();
+        assert!(present(&cluster, &name).is_empty(), "round {round}");
+    }
+}
+
 /// Fair and plain mutexes on one name exclude each other both ways, and under contention.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_and_plain_mutexes_on_one_name_exclude_each_other() {

@@ -12,27 +12,90 @@
 
 use std::sync::LazyLock;
 
-/// A waiter's round: take the lock if it is ours or our turn, else join or stay in line.
+/// The scripts share these pieces of Lua; each script runs on its own, so each carries them.
 ///
-/// `KEYS[1]` = name, `KEYS[2]` = line, `KEYS[3]` = line expiries, `KEYS[4]` = ticket counter;
-/// `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds (of the lock and of the entry),
-/// `ARGV[3]` = the ticket this waiter offers.
-///
-/// A waiter not in line joins with its offer or, if the node took that ticket or a higher one
-/// already, with the next one above them: a later joiner never gets a ticket at or below an
-/// earlier one's. A waiter in line whose offer is above its ticket moves back to the offer (so
-/// that its tickets agree on every node); it never moves forward. Replies `{1, 0}` when the lock
-/// is ours (taken now, or handed to us earlier and extended now), and `{0, ticket}` when we wait in
-/// line, with our ticket on this node (our entry renewed for another expiry).
-pub(crate) const ROUND: &str = r#"
+/// `now`, the node's clock in milliseconds, and the sweep of expired entries.
+macro_rules! clock_and_sweep {
+    () => {
+        r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('ZREM', KEYS[2], gone)
   redis.call('ZREM', KEYS[3], gone)
 end
+"#
+    };
+}
+
+/// `hand_off(head, ticket)`: sets the key (deleted by the caller) to the head's value for what is
+/// left of the head's entry, takes the head out of the line, and names it in a grant notice.
+macro_rules! hand_off {
+    () => {
+        r#"
+local function hand_off(head)
+  local left = tonumber(redis.call('ZSCORE', KEYS[3], head)) - now
+  redis.call('SET', KEYS[1], head, 'PX', left)
+  redis.call('ZREM', KEYS[2], head)
+  redis.call('ZREM', KEYS[3], head)
+  local counter = redis.call('GET', KEYS[4]) or '0'
+  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1],
+    '\0' .. redis.sha1hex(head) .. ' ' .. counter)
+end
+"#
+    };
+}
+
+/// `stand(ticket)`: puts our entry (`ARGV[1]`) in line with `ticket`, renews it for an expiry
+/// (`ARGV[2]`), keeps the counter at or above it, and keeps the line's keys as long as its last
+/// entry.
+macro_rules! stand {
+    () => {
+        r#"
+local function stand(ticket)
+  redis.call('ZADD', KEYS[2], ticket, ARGV[1])
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
+  if ticket > tonumber(redis.call('GET', KEYS[4]) or '0') then
+    redis.call('SET', KEYS[4], ticket)
+  end
+  local last = tonumber(redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
+  for i = 2, 4 do
+    redis.call('PEXPIREAT', KEYS[i], last)
+  end
+end
+"#
+    };
+}
+
+/// A waiter's round: take the lock if it is ours or our turn, else join or stay in line.
+///
+/// `KEYS[1]` = name, `KEYS[2]` = line, `KEYS[3]` = line expiries, `KEYS[4]` = ticket counter;
+/// `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds (of the lock and of the entry),
+/// `ARGV[3]` = the ticket this waiter offers (its ticket in line, once it has one).
+///
+/// A waiter not in line joins with its offer or, if the node gave that ticket or a higher one
+/// already, with the next one above them: a later joiner never gets a ticket at or below an
+/// earlier one's. A waiter in line whose offer is above its ticket moves back to the offer (so
+/// that its tickets agree on every node); it never moves forward. A waiter that holds the key
+/// while a waiter ahead of it (by ticket, then value) is in line (it took the key when the line
+/// was empty, or it moved back since) passes the key to the head and takes its place behind.
+/// Replies `{1, 0}` when the lock is ours (taken now, or handed to us earlier and extended now),
+/// and `{0, ticket}` when we wait in line, with our ticket on this node (our entry renewed for
+/// another expiry).
+pub(crate) const ROUND: &str = concat!(
+    clock_and_sweep!(),
+    hand_off!(),
+    stand!(),
+    r#"
+local offer = tonumber(ARGV[3])
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if head[1] and (tonumber(head[2]) < offer or (tonumber(head[2]) == offer and head[1] < ARGV[1])) then
+    hand_off(head[1])
+    stand(offer)
+    return {0, offer}
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -47,29 +110,16 @@ if not current then
     return {1, 0}
   end
 end
-local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
-local offer = tonumber(ARGV[3])
 local ticket = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if ticket then
-  ticket = tonumber(ticket)
-  if offer > ticket then
-    ticket = offer
-    redis.call('ZADD', KEYS[2], ticket, ARGV[1])
-  end
+  ticket = math.max(tonumber(ticket), offer)
 else
-  ticket = math.max(offer, counter + 1)
-  redis.call('ZADD', KEYS[2], ticket, ARGV[1])
+  ticket = math.max(offer, tonumber(redis.call('GET', KEYS[4]) or '0') + 1)
 end
-if ticket > counter then
-  redis.call('SET', KEYS[4], ticket)
-end
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
-local last = tonumber(redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
-for i = 2, 4 do
-  redis.call('PEXPIREAT', KEYS[i], last)
-end
+stand(ticket)
 return {0, ticket}
-"#;
+"#
+);
 
 /// Marks a notice that hands the lock to a waiter, as opposed to one that frees it (whose
 /// payload is the released value; lock values never contain NUL). The fingerprint of the new
@@ -84,33 +134,25 @@ pub(crate) const GRANT_MARK: u8 = 0;
 /// (see `waiting::fair`). The notice names the head by the SHA1 of its value, never the value
 /// itself (a capability), and carries the node's ticket counter as a hint for later joiners.
 /// Without a head the notice is the plain release notice. Replies as `RELEASE` does.
-pub(crate) const RELEASE: &str = r#"
+pub(crate) const RELEASE: &str = concat!(
+    clock_and_sweep!(),
+    hand_off!(),
+    r#"
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
 if current ~= ARGV[1] then return -1 end
 redis.call('DEL', KEYS[1])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-  redis.call('ZREM', KEYS[2], gone)
-  redis.call('ZREM', KEYS[3], gone)
-end
-local channel = 'redmutex:released:' .. KEYS[1]
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-if not head then
-  redis.call('PUBLISH', channel, ARGV[1])
-  return 1
+if head then
+  hand_off(head)
+else
+  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
 end
-local left = tonumber(redis.call('ZSCORE', KEYS[3], head)) - now
-redis.call('SET', KEYS[1], head, 'PX', left)
-redis.call('ZREM', KEYS[2], head)
-redis.call('ZREM', KEYS[3], head)
-local counter = redis.call('GET', KEYS[4]) or '0'
-redis.call('PUBLISH', channel, '\0' .. redis.sha1hex(head) .. ' ' .. counter)
 return 1
-"#;
+"#
+);
 
 /// SHA1 digests for EVALSHA, computed once per process.
 pub(crate) struct Digests {
@@ -146,6 +188,7 @@ mod tests {
     fn grants_are_marked_as_the_scripts_mark_them() {
         assert_eq!(GRANT_MARK, b'\0');
         assert!(RELEASE.contains(r"'\0' .. redis.sha1hex(head)"));
+        assert!(ROUND.contains(r"'\0' .. redis.sha1hex(head)"));
         assert!(RELEASE.contains(&format!("'{}' .. KEYS[1]", super::super::NOTICE_PREFIX)));
     }
 }

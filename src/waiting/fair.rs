@@ -62,6 +62,8 @@ pub(crate) struct Standing {
     renewed: Vec<Option<Instant>>,
     /// Per node: our ticket there, while we are in line there.
     tickets: Vec<Option<u64>>,
+    /// The highest ticket we had anywhere: our ticket still once every node handed us the key.
+    last_ticket: Option<u64>,
     /// Per node: a moment from which the key holding our value there lives at least an expiry:
     /// the start of the round that took or extended it, or, for a key handed to us, the renewal
     /// of the entry it was handed for.
@@ -100,6 +102,7 @@ impl Standing {
             quorum,
             renewed: vec![None; nodes],
             tickets: vec![None; nodes],
+            last_ticket: None,
             granted: vec![None; nodes],
             unconfirmed: false,
         }
@@ -119,6 +122,7 @@ impl Standing {
                     self.granted[node] = None;
                     self.renewed[node] = Some(started);
                     self.tickets[node] = Some(ticket);
+                    self.last_ticket = self.last_ticket.max(Some(ticket));
                 }
                 // Whatever the round did there may or may not have happened; what we knew
                 // before still bounds it from below.
@@ -150,9 +154,16 @@ impl Standing {
         self.unconfirmed
     }
 
-    /// The ticket all our places should carry: the highest we have anywhere.
+    /// The ticket all our places should carry: the highest we had anywhere.
     pub(crate) fn ticket(&self) -> Option<u64> {
-        self.tickets.iter().flatten().copied().max()
+        self.last_ticket
+    }
+
+    /// Whether some nodes, but fewer than a quorum, gave us the key: a split, or a hand-off
+    /// still on its way.
+    pub(crate) fn partial(&self) -> bool {
+        let granted = self.granted.iter().flatten().count();
+        granted > 0 && granted < self.quorum
     }
 
     /// What to do after a round that did not get the lock.
@@ -160,10 +171,10 @@ impl Standing {
         let reached = (0..self.granted.len())
             .filter(|&node| self.granted[node].is_some() || self.renewed[node].is_some())
             .count();
-        let ticket = self.ticket();
+        let highest = self.tickets.iter().flatten().copied().max();
         if reached < self.quorum {
             Next::Retreat
-        } else if self.tickets.iter().flatten().any(|&t| Some(t) != ticket) {
+        } else if self.tickets.iter().flatten().any(|&t| Some(t) != highest) {
             Next::Align
         } else {
             Next::Wait
@@ -174,6 +185,7 @@ impl Standing {
     pub(crate) fn clear(&mut self) {
         self.renewed.iter_mut().for_each(|r| *r = None);
         self.tickets.iter_mut().for_each(|t| *t = None);
+        self.last_ticket = None;
         self.granted.iter_mut().for_each(|g| *g = None);
         self.unconfirmed = false;
     }
@@ -211,6 +223,10 @@ pub(crate) struct FairWait<'a> {
     gives_up_at: Instant,
     /// When the last round began: a renewal is due a third of the expiry later.
     last_round: Instant,
+    /// Since when some nodes, but fewer than a quorum, gave us the key. A hand-off reaches every
+    /// node within a node timeout; after that, a round passes keys we hold out of turn to the
+    /// waiters ahead of us (see `scripts::fair::ROUND`), which ends a split.
+    partial_since: Option<Instant>,
 }
 
 /// A waiter renews its place this many times per expiry, so a renewal is done well before the
@@ -232,6 +248,7 @@ impl<'a> FairWait<'a> {
             fingerprint: String::new(),
             gives_up_at: now + budget,
             last_round: now,
+            partial_since: None,
         }
     }
 
@@ -274,6 +291,7 @@ impl<'a> FairWait<'a> {
             self.heard(ticket);
         }
         self.next = self.standing.next();
+        self.note_partial();
         let keep = !last && self.next != Next::Retreat;
         if !keep {
             self.standing.clear();
@@ -305,11 +323,15 @@ impl<'a> FairWait<'a> {
             return Resume::Attempt;
         }
         let renewal = self.last_round + self.plan.expiry / RENEWALS_PER_EXPIRY;
-        let due = tokio::time::Instant::from(renewal.min(self.gives_up_at));
+        let mut due = renewal.min(self.gives_up_at);
         loop {
             if let Some(resume) = self.news() {
                 return resume;
             }
+            if let Some(since) = self.partial_since {
+                due = due.min(since + self.plan.node_timeout);
+            }
+            let due = tokio::time::Instant::from(due);
             let Some(turn) = &self.turn else {
                 // No listeners (connections the caller built): nobody tells us of a hand-off,
                 // so a round every retry delay finds it.
@@ -332,6 +354,7 @@ impl<'a> FairWait<'a> {
         for node in handed {
             self.standing.handed(node);
         }
+        self.note_partial();
         if let Some(from) = self.standing.held_from() {
             let left = validity(self.plan.expiry, from.elapsed(), self.plan.drift_factor);
             return Some(match left {
@@ -341,6 +364,15 @@ impl<'a> FairWait<'a> {
             });
         }
         (freed || self.standing.unconfirmed()).then_some(Resume::Attempt)
+    }
+
+    /// Starts or stops the clock of a partial hand-off.
+    fn note_partial(&mut self) {
+        if !self.standing.partial() {
+            self.partial_since = None;
+        } else if self.partial_since.is_none() {
+            self.partial_since = Some(Instant::now());
+        }
     }
 
     /// Takes a slot in the client's hub for the name, and subscribes to its notices.
@@ -429,6 +461,24 @@ mod tests {
         assert_eq!(standing.ticket(), None);
         standing.round(t0 + MS, &[line(2), Reply::Granted, line(2), down, down]);
         assert_eq!(standing.next(), Next::Wait);
+    }
+
+    #[test]
+    fn some_keys_but_no_quorum_is_partial_and_the_ticket_is_remembered() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(5, 3);
+        standing.round(t0, &[line(6); 5]);
+        assert!(!standing.partial());
+        standing.handed(0);
+        standing.handed(1);
+        assert!(standing.partial(), "two of five handed over");
+        standing.handed(2);
+        assert!(!standing.partial());
+        assert_eq!(standing.held_from(), Some(t0));
+        // Every key ours: the ticket is still known, for a round that must pass keys on.
+        standing.handed(3);
+        standing.handed(4);
+        assert_eq!(standing.ticket(), Some(6));
     }
 
     #[test]
