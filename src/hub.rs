@@ -15,9 +15,15 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::line::{Line, WaiterId};
+
+mod place;
+mod turn;
+
 use crate::listener::Command;
 use crate::scripts::NOTICE_PREFIX;
 use crate::scripts::fair::GRANT_MARK;
+pub(crate) use place::Place;
+pub(crate) use turn::Turn;
 
 /// How long a name stays subscribed after its last waiter left. Waiters on a busy name come and
 /// go; each fresh subscription costs a round trip and one extra attempt (see `waiting`).
@@ -345,165 +351,6 @@ impl Subscribing {
             }
         };
         let _ = tokio::time::timeout(timeout, quorum).await;
-    }
-}
-
-/// One `lock()` call's place in its client's line for a name, from its first wait to its return.
-///
-/// Dropped without [`Place::done`] (the `lock()` call failed or was cancelled) after it was woken,
-/// it passes the wake-up on to the next waiter, so a release is not lost on a waiter that left.
-pub(crate) struct Place {
-    hub: Arc<Hub>,
-    name: Arc<str>,
-    id: WaiterId,
-    wake: Arc<Notify>,
-    done: bool,
-}
-
-impl Place {
-    /// Runs `f` on this place's line under the hub's lock, and wakes whom it names.
-    fn with_line(&self, f: impl FnOnce(&mut Line) -> Option<WaiterId>) {
-        let mut state = self.hub.state();
-        let woken = state
-            .names
-            .get_mut(&*self.name)
-            .and_then(|waiters| f(&mut waiters.line));
-        state.wake(woken);
-    }
-
-    /// Called as an attempt starts: only notices received from now on count, and a waiter that
-    /// was woken goes to the back of the line.
-    pub(crate) fn rearm(&self, since: Instant) {
-        self.with_line(|line| {
-            line.rearm(self.id, since);
-            None
-        });
-    }
-
-    /// Resolves once this waiter is woken by release notices.
-    pub(crate) async fn woken(&self) {
-        loop {
-            if self.is_woken() {
-                return;
-            }
-            // A wake-up before this point left a permit, so none is lost.
-            self.wake.notified().await;
-        }
-    }
-
-    fn is_woken(&self) -> bool {
-        let state = self.hub.state();
-        state
-            .names
-            .get(&*self.name)
-            .is_some_and(|waiters| waiters.line.is_woken(self.id))
-    }
-
-    /// For a woken waiter before its attempt: a random pause below the name's current spread,
-    /// and the node that reported the release last (see `Line::pause`).
-    pub(crate) fn pause(&self) -> (Duration, usize) {
-        let fraction = rand::random::<f64>();
-        let state = self.hub.state();
-        state
-            .names
-            .get(&*self.name)
-            .map_or((Duration::ZERO, 0), |waiters| waiters.line.pause(fraction))
-    }
-
-    /// A woken waiter found the lock taken again before its attempt: back to waiting, at its
-    /// place in line, for releases after `since`.
-    pub(crate) fn wait_again(&self, since: Instant) {
-        self.with_line(|line| line.wait_again(self.id, since));
-    }
-
-    /// Reports how the attempt after a wake-up went.
-    pub(crate) fn woken_attempt(&self, won: bool) {
-        self.with_line(|line| {
-            line.woken_attempt(won);
-            None
-        });
-    }
-
-    /// Leaves the line for good: the `lock()` call got the lock.
-    pub(crate) fn done(mut self) {
-        self.done = true;
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        let mut state = self.hub.state();
-        state.wakers.remove(&self.id);
-        let woken = state.names.get_mut(&*self.name).and_then(|waiters| {
-            let woken = waiters.line.leave(self.id, self.done);
-            waiters.left(now);
-            woken
-        });
-        state.wake(woken);
-    }
-}
-
-/// One fair `lock()` call's slot in its client's hub: the hand-offs the notices reported for it,
-/// and the latest ticket they mentioned.
-pub(crate) struct Turn {
-    hub: Arc<Hub>,
-    name: Arc<str>,
-    fingerprint: String,
-    id: WaiterId,
-    wake: Arc<Notify>,
-}
-
-impl Turn {
-    /// The waiter's value changed (it joins the line anew): hand-offs to the old one no longer
-    /// count.
-    pub(crate) fn rename(&mut self, fingerprint: &str) {
-        let mut state = self.hub.state();
-        if let Some(waiters) = state.names.get_mut(&*self.name) {
-            waiters.turns.remove(&self.fingerprint);
-            let mut handed = Handed {
-                id: self.id,
-                nodes: Vec::new(),
-                freed: false,
-            };
-            claim(&mut waiters.unclaimed, fingerprint, &mut handed);
-            waiters.turns.insert(fingerprint.to_owned(), handed);
-        }
-        self.fingerprint = fingerprint.to_owned();
-    }
-
-    /// Resolves after a notice concerned this waiter (some may have come before: see
-    /// [`take_news`](Turn::take_news)).
-    pub(crate) async fn notified(&self) {
-        self.wake.notified().await;
-    }
-
-    /// The nodes that handed us the lock since the last call, and whether a node freed it.
-    pub(crate) fn take_news(&self) -> (Vec<usize>, bool) {
-        let mut state = self.hub.state();
-        let handed = state
-            .names
-            .get_mut(&*self.name)
-            .and_then(|waiters| waiters.turns.get_mut(&self.fingerprint));
-        match handed {
-            Some(handed) => (
-                std::mem::take(&mut handed.nodes),
-                std::mem::take(&mut handed.freed),
-            ),
-            None => (Vec::new(), false),
-        }
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        let mut state = self.hub.state();
-        state.wakers.remove(&self.id);
-        if let Some(waiters) = state.names.get_mut(&*self.name) {
-            waiters.turns.remove(&self.fingerprint);
-            waiters.left(now);
-        }
     }
 }
 
