@@ -31,6 +31,9 @@ use crate::target::Target;
 /// | [`with_fail_fast`](Mutex::with_fail_fast) | false |
 /// | [`with_shuffle_nodes`](Mutex::with_shuffle_nodes) | false |
 /// | [`with_value_fn`](Mutex::with_value_fn) | 16 random bytes (CSPRNG), base64url |
+/// | [`with_fencing`](Mutex::with_fencing) | false |
+/// | [`with_wake_on_release`](Mutex::with_wake_on_release) | false |
+/// | [`with_fair`](Mutex::with_fair) | false |
 ///
 /// Setters never fail: an invalid value (say a drift factor of 1.5) is reported as
 /// [`Error::Config`] by the first operation, before any I/O.
