@@ -1,20 +1,31 @@
 //! The connection to one node, shared by every mutex and lock of a client.
 
 use std::fmt;
+use std::sync::Arc;
 
 use futures::future::Either;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
+use crate::reconnect::Reconnecting;
 use crate::scripts::{ACQUIRE_FENCED, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
+
+/// The scripts loaded into a node's cache on each new connection, so that requests sent by digest
+/// find them even when nobody is left to send the fallback (see `node::Delivery`).
+pub(crate) const PRELOADED: [&str; 5] = [RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE];
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
 ///
-/// Built from the redis crate's [`ConnectionManager`] (reconnects by itself; recommended) or a plain
-/// [`MultiplexedConnection`] (never reconnects). Either way redmutex bounds every call by its own
-/// per-node timeout, so build them **without** response and connect timeouts of their own
-/// (`set_response_timeout(None)` and `set_connection_timeout(None)` on `ConnectionManagerConfig` or
-/// `AsyncConnectionConfig`): the redis crate's defaults (500 ms, 1 s) would cut node calls short.
+/// [`Redlock::connect`](crate::Redlock::connect) and
+/// [`Redlock::from_clients`](crate::Redlock::from_clients) make redmutex's own connections, which
+/// come back by themselves after any failure and also serve wake-up on release: prefer those. This
+/// type is for [`Redlock::new`](crate::Redlock::new), with connections the caller made: the redis
+/// crate's [`ConnectionManager`] (reconnects after I/O errors, but never after a failed set-up
+/// and never on a half-open connection) or a plain [`MultiplexedConnection`] (never reconnects).
+/// Either way redmutex bounds every call by its own per-node timeout, so build them **without**
+/// response and connect timeouts of their own (`set_response_timeout(None)` and
+/// `set_connection_timeout(None)` on `ConnectionManagerConfig` or `AsyncConnectionConfig`): the
+/// redis crate's defaults (500 ms, 1 s) would cut node calls short.
 ///
 /// # Examples
 ///
@@ -44,6 +55,8 @@ pub struct NodeConnection(Connection);
 
 #[derive(Clone)]
 enum Connection {
+    /// redmutex's own (see `reconnect`).
+    Own(Arc<Reconnecting>),
     Manager(ConnectionManager),
     Multiplexed(MultiplexedConnection),
 }
@@ -64,6 +77,7 @@ impl fmt::Debug for NodeConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The redis crate's own Debug output may include connection details; show the kind only.
         match self.0 {
+            Connection::Own(_) => f.write_str("NodeConnection(reconnecting)"),
             Connection::Manager(_) => f.write_str("NodeConnection(ConnectionManager)"),
             Connection::Multiplexed(_) => f.write_str("NodeConnection(MultiplexedConnection)"),
         }
@@ -71,6 +85,11 @@ impl fmt::Debug for NodeConnection {
 }
 
 impl NodeConnection {
+    /// redmutex's own connection through `client`, made on first use (see `reconnect`).
+    pub(crate) fn reconnecting(client: redis::Client) -> NodeConnection {
+        NodeConnection(Connection::Own(Arc::new(Reconnecting::new(client))))
+    }
+
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
     /// future costs a copy of it and a state machine on every node call. Errors the node replied
     /// with come back as [`Value::ServerError`].
@@ -79,14 +98,21 @@ impl NodeConnection {
         cmd: &'a Cmd,
     ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
         match &mut self.0 {
-            Connection::Manager(c) => Either::Left(c.send_packed_command(cmd)),
-            Connection::Multiplexed(c) => Either::Right(c.send_packed_command(cmd)),
+            Connection::Own(c) => Either::Left(c.send(cmd)),
+            Connection::Manager(c) => Either::Right(Either::Left(c.send_packed_command(cmd))),
+            Connection::Multiplexed(c) => Either::Right(Either::Right(c.send_packed_command(cmd))),
         }
     }
 
-    /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
-    pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
-        for script in [RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE] {
+    /// Opens the connection and loads the scripts into the node's cache, so the first lock does
+    /// not pay for the handshakes. redmutex's own connections load the scripts on every new
+    /// connection; for the caller's, this is the only time.
+    pub(crate) async fn warm_up(&mut self) -> RedisResult<()> {
+        if let Connection::Own(c) = &self.0 {
+            return c.connect().await;
+        }
+        for script in PRELOADED {
+            // SCRIPT LOAD is idempotent.
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
                 .await?
                 .extract_error()?;

@@ -12,10 +12,13 @@ mod lock;
 mod mutex;
 mod node;
 mod quorum;
+mod reconnect;
 mod redact;
 mod redlock;
 mod scripts;
 mod settings;
+#[cfg(feature = "tls")]
+mod tls;
 mod value;
 mod wake;
 

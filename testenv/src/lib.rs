@@ -49,9 +49,11 @@ mod install;
 mod port;
 mod proxy;
 mod server;
+mod tls;
 
 pub use cluster::Cluster;
 pub use error::Error;
 pub use install::redis_server_binary;
 pub use proxy::{Mode, Proxies, Proxy};
-pub use server::{Node, RestartHandle};
+pub use server::{ClientInfo, Node, RestartHandle};
+pub use tls::{Identity, Tls};
