@@ -7,7 +7,8 @@ use std::fmt;
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener};
-use std::sync::{Mutex, OnceLock, PoisonError, mpsc};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -106,7 +107,9 @@ pub struct Proxy {
     port: u16,
     target_port: u16,
     /// The only sender: dropping it tells the proxy's tasks to stop.
-    mode: watch::Sender<Mode>,
+    mode: watch::Sender<Control>,
+    /// How many connections were accepted so far; connections are numbered in that order.
+    accepted: Arc<AtomicU64>,
     /// Disconnected once every task of the proxy has ended, so its sockets are closed. In a
     /// `Mutex` only to make the proxy `Sync`.
     stopped: Mutex<mpsc::Receiver<()>>,
@@ -157,14 +160,17 @@ impl Proxy {
             TcpListener::from_std(listener)
                 .map_err(|e| Error::io("registering a proxy's listener", e))?
         };
-        let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let (mode, mode_rx) = watch::channel(Control::default());
         let (stopped_tx, stopped) = mpsc::sync_channel(0);
         let target = SocketAddr::from((Ipv4Addr::LOCALHOST, target_port));
-        runtime.spawn(accept_loop(listener, target, mode_rx, stopped_tx));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&accepted);
+        runtime.spawn(accept_loop(listener, target, mode_rx, counter, stopped_tx));
         Ok(Proxy {
             port,
             target_port,
             mode,
+            accepted,
             stopped: Mutex::new(stopped),
         })
     }
@@ -190,19 +196,54 @@ impl Proxy {
     /// runtime), but no byte read after this returns is forwarded, and every connection accepted
     /// after it is reset.
     pub fn set_mode(&self, mode: Mode) {
-        self.mode.send_replace(mode);
+        self.mode.send_modify(|control| control.mode = mode);
     }
 
     /// The current mode.
     pub fn mode(&self) -> Mode {
-        *self.mode.borrow()
+        self.mode.borrow().mode
+    }
+
+    /// Leaves every connection accepted so far half-open, for good: from now on it forwards
+    /// nothing either way and is never closed (until the proxy is dropped), whatever the mode,
+    /// as when the peer's host vanished or a middlebox forgot the flow. Connections accepted
+    /// later are served under the mode as usual.
+    ///
+    /// A client sees no error on a stranded connection, only silence, while a new connection to
+    /// the same node works: the fault that only a client which gives up on a silent connection
+    /// and makes a new one gets over.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use testenv::{Cluster, Proxy};
+    ///
+    /// let cluster = Cluster::start(1);
+    /// let proxy = Proxy::start(cluster.node(0).port());
+    /// let client = redis::Client::open(proxy.url()).unwrap();
+    /// let mut old = client.get_connection().unwrap();
+    /// old.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    ///
+    /// proxy.strand();
+    /// assert!(redis::cmd("PING").exec(&mut old).is_err(), "silence on the old connection");
+    /// let mut new = client.get_connection().unwrap();
+    /// redis::cmd("PING").exec(&mut new).unwrap();
+    /// ```
+    pub fn strand(&self) {
+        let accepted = self.accepted.load(Ordering::SeqCst);
+        self.mode
+            .send_modify(|control| control.stranded_before = accepted);
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
         // Dropping the only sender stops every task; swap in an unconnected one to drop it now.
-        drop(mem::replace(&mut self.mode, watch::Sender::new(Mode::Pass)));
+        drop(mem::replace(
+            &mut self.mode,
+            watch::Sender::new(Control::default()),
+        ));
         // A bounded wait on the background runtime, which never waits on the caller's, so the port
         // is closed on return. Timing out means a task is stuck; the test still goes on.
         let stopped = self
@@ -219,6 +260,7 @@ impl fmt::Debug for Proxy {
             .field("port", &self.port)
             .field("target_port", &self.target_port)
             .field("mode", &self.mode())
+            .field("stranded", &self.mode.borrow().stranded_before)
             .finish()
     }
 }
@@ -314,15 +356,18 @@ fn runtime() -> &'static Runtime {
 async fn accept_loop(
     listener: TcpListener,
     target: SocketAddr,
-    mut mode: watch::Receiver<Mode>,
+    mut mode: watch::Receiver<Control>,
+    accepted: Arc<AtomicU64>,
     stopped: mpsc::SyncSender<()>,
 ) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            next = listener.accept() => match next {
                 Ok((client, _)) => {
-                    let (mode, stopped) = (mode.clone(), stopped.clone());
+                    let born = accepted.fetch_add(1, Ordering::SeqCst);
+                    let mode = View { control: mode.clone(), born };
+                    let stopped = stopped.clone();
                     connections.spawn(async move {
                         serve(client, target, mode).await;
                         drop(stopped);
@@ -345,7 +390,7 @@ async fn accept_loop(
 
 /// Relays one client connection to the target until either side ends it, the mode becomes
 /// [`Mode::Reset`] or the proxy is dropped.
-async fn serve(mut client: TcpStream, target: SocketAddr, mode: watch::Receiver<Mode>) {
+async fn serve(mut client: TcpStream, target: SocketAddr, mode: View) {
     let mut watcher = mode.clone();
     // Until connected, the client's bytes wait in the kernel's buffers: held, like a blackhole's.
     let upstream = tokio::select! {
@@ -365,7 +410,7 @@ async fn serve(mut client: TcpStream, target: SocketAddr, mode: watch::Receiver<
     }
     // Decided from the mode, not from the branch: a relay that fails because it saw the reset
     // may finish first.
-    if watcher.has_changed().is_err() || *watcher.borrow() == Mode::Reset {
+    if watcher.control.has_changed().is_err() || watcher.mode() == Mode::Reset {
         reset(&client);
         reset(&upstream);
     }
@@ -373,11 +418,8 @@ async fn serve(mut client: TcpStream, target: SocketAddr, mode: watch::Receiver<
 
 /// Connects to the target once the mode lets bytes through; `None` if the node refuses, or the
 /// proxy is dropped first.
-async fn connect_when_open(
-    target: SocketAddr,
-    mut mode: watch::Receiver<Mode>,
-) -> Option<TcpStream> {
-    let now = *mode.wait_for(|m| *m != Mode::Blackhole).await.ok()?;
+async fn connect_when_open(target: SocketAddr, mut mode: View) -> Option<TcpStream> {
+    let now = mode.wait_for(|m| m != Mode::Blackhole).await?;
     if now == Mode::Reset {
         return None;
     }
@@ -385,9 +427,9 @@ async fn connect_when_open(
 }
 
 /// Returns once the mode is [`Mode::Reset`] or the proxy is dropped.
-async fn closing(mode: &mut watch::Receiver<Mode>) {
-    // An error means the sender is gone: the proxy was dropped.
-    let _ = mode.wait_for(|m| *m == Mode::Reset).await;
+async fn closing(mode: &mut View) {
+    // `None` means the sender is gone: the proxy was dropped.
+    let _ = mode.wait_for(|m| m == Mode::Reset).await;
 }
 
 /// Makes dropping the socket send a TCP `RST` instead of a `FIN`.
@@ -400,7 +442,7 @@ fn reset(stream: &TcpStream) {
 async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
-    mode: &watch::Receiver<Mode>,
+    mode: &View,
 ) -> io::Result<()> {
     let (mut from_client, mut to_client) = client.split();
     let (mut from_node, mut to_node) = upstream.split();
@@ -419,7 +461,7 @@ async fn relay(
 async fn pump(
     from: &mut (impl AsyncRead + Unpin),
     to: &mut (impl AsyncWrite + Unpin),
-    mut mode: watch::Receiver<Mode>,
+    mut mode: View,
 ) -> io::Result<()> {
     let (chunks, mut pending) = queue::unbounded_channel::<(Instant, Vec<u8>)>();
     let read = async move {
@@ -451,10 +493,10 @@ async fn pump(
 /// # Errors
 ///
 /// If the mode becomes [`Mode::Reset`] or the proxy is dropped: the chunk must not be forwarded.
-async fn wait_to_forward(mode: &mut watch::Receiver<Mode>, read_at: Instant) -> io::Result<()> {
+async fn wait_to_forward(mode: &mut View, read_at: Instant) -> io::Result<()> {
     loop {
         // `None`: held until the mode changes.
-        let forward_at = match *mode.borrow_and_update() {
+        let forward_at = match mode.mode_and_update() {
             Mode::Pass => return Ok(()),
             Mode::Delay(delay) => read_at.checked_add(delay),
             Mode::Blackhole => None,
@@ -468,9 +510,57 @@ async fn wait_to_forward(mode: &mut watch::Receiver<Mode>, read_at: Instant) -> 
         };
         tokio::select! {
             () = due => return Ok(()),
-            changed = mode.changed() => if changed.is_err() {
+            changed = mode.control.changed() => if changed.is_err() {
                 return Err(io::ErrorKind::ConnectionAborted.into());
             },
+        }
+    }
+}
+
+/// What the proxy's tasks are told: the mode, and which connections are stranded.
+#[derive(Debug, Clone, Copy, Default)]
+struct Control {
+    mode: Mode,
+    /// Connections numbered below this are stranded (see [`Proxy::strand`]).
+    stranded_before: u64,
+}
+
+/// One connection's view of the proxy's [`Control`]: a stranded connection sees a blackhole that
+/// never ends.
+#[derive(Clone)]
+struct View {
+    control: watch::Receiver<Control>,
+    /// The connection's number, in order of acceptance.
+    born: u64,
+}
+
+impl View {
+    fn mode_of(&self, control: &Control) -> Mode {
+        if self.born < control.stranded_before {
+            Mode::Blackhole
+        } else {
+            control.mode
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        self.mode_of(&self.control.borrow())
+    }
+
+    fn mode_and_update(&mut self) -> Mode {
+        let control = *self.control.borrow_and_update();
+        self.mode_of(&control)
+    }
+
+    /// Waits until this connection's mode satisfies `done`, and returns it; `None` if the proxy
+    /// was dropped.
+    async fn wait_for(&mut self, done: impl Fn(Mode) -> bool) -> Option<Mode> {
+        loop {
+            let mode = self.mode_and_update();
+            if done(mode) {
+                return Some(mode);
+            }
+            self.control.changed().await.ok()?;
         }
     }
 }
