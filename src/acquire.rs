@@ -84,7 +84,8 @@ pub(crate) async fn acquire(
                 }
                 return Ok(lock);
             }
-            Err((error, _)) if attempt >= tries => {
+            // Refusals (permissions, credentials) that leave no quorum fail every try alike.
+            Err((error, _)) if attempt >= tries || error.is_refused_by_too_many() => {
                 // Whatever the attempt set is released, or being released in the background.
                 guard.armed = false;
                 // Dropped, not done: a wake-up that came during this last attempt passes on to

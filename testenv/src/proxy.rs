@@ -439,11 +439,7 @@ fn reset(stream: &TcpStream) {
 }
 
 /// Forwards both ways until both directions have ended, or either fails.
-async fn relay(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
-    mode: &View,
-) -> io::Result<()> {
+async fn relay(client: &mut TcpStream, upstream: &mut TcpStream, mode: &View) -> io::Result<()> {
     let (mut from_client, mut to_client) = client.split();
     let (mut from_node, mut to_node) = upstream.split();
     tokio::try_join!(

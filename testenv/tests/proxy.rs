@@ -432,7 +432,11 @@ fn strand_silences_current_connections_for_good_and_serves_new_ones() {
         "a stranded connection answers nothing"
     );
     let mut new = connect(&proxy.url(), Duration::from_secs(2));
-    assert_eq!(ping(&mut new).unwrap(), "PONG", "a new connection is served");
+    assert_eq!(
+        ping(&mut new).unwrap(),
+        "PONG",
+        "a new connection is served"
+    );
 
     // No mode brings the stranded connection back, or closes it: its request never arrives.
     for mode in [Mode::Blackhole, Mode::Pass, Mode::Reset, Mode::Pass] {
