@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use futures::future::Either;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
@@ -97,11 +98,12 @@ impl NodeConnection {
         &'a mut self,
         cmd: &'a Cmd,
     ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
-        match &mut self.0 {
+        let sent = match &mut self.0 {
             Connection::Own(c) => Either::Left(c.send(cmd)),
             Connection::Manager(c) => Either::Right(Either::Left(c.send_packed_command(cmd))),
             Connection::Multiplexed(c) => Either::Right(Either::Right(c.send_packed_command(cmd))),
-        }
+        };
+        sent.map(|reply| reply.map(name_script_command))
     }
 
     /// Opens the connection and loads the scripts into the node's cache, so the first lock does
@@ -118,5 +120,72 @@ impl NodeConnection {
                 .extract_error()?;
         }
         Ok(())
+    }
+}
+
+/// A script's error for a command its user may not run names the script (by digest) and the line,
+/// but not the command: add the line's text, so that the error names the missing permission.
+fn name_script_command(reply: Value) -> Value {
+    let Value::ServerError(error) = &reply else {
+        return reply;
+    };
+    let Some((number, line)) = error.details().and_then(refused_script_line) else {
+        return reply;
+    };
+    let detail = error.details().unwrap_or_default();
+    let text = format!("-{} {detail} (line {number}: {line})\r\n", error.code());
+    redis::parse_redis_value(text.as_bytes()).unwrap_or(reply)
+}
+
+/// The number and text of the line that a script error points at, for errors of a command the
+/// script's user may not run (Redis 7.0: "The user executing the script can't run this command or
+/// subcommand script: DIGEST, on @user_script:LINE.").
+fn refused_script_line(detail: &str) -> Option<(usize, &'static str)> {
+    if !detail.starts_with("The user executing the script can't") {
+        return None;
+    }
+    let (_, place) = detail.split_once("script: ")?;
+    let (digest, line) = place.split_once(", on @user_script:")?;
+    let number: usize = line.trim_end_matches('.').parse().ok()?;
+    let script = PRELOADED
+        .into_iter()
+        .find(|script| redis::Script::new(script).get_hash() == digest)?;
+    let line = script.lines().nth(number.checked_sub(1)?)?.trim();
+    Some((number, line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_command_in_a_script_is_named() {
+        let digest = redis::Script::new(RELEASE).get_hash().to_owned();
+        let reply = format!(
+            "-ERR The user executing the script can't run this command or subcommand \
+             script: {digest}, on @user_script:5.\r\n"
+        );
+        let reply = redis::parse_redis_value(reply.as_bytes()).unwrap();
+        let Value::ServerError(error) = name_script_command(reply) else {
+            panic!("still an error");
+        };
+        assert_eq!(error.code(), "ERR");
+        let detail = error.details().unwrap();
+        assert!(
+            detail.ends_with("(line 5: redis.call('DEL', KEYS[1]))"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn other_replies_pass_unchanged() {
+        for reply in [
+            &b"-NOPERM User app has no permissions to run the 'set' command\r\n"[..],
+            b"-ERR The user executing the script can't run this command script: 00, on @user_script:5.\r\n",
+            b":1\r\n",
+        ] {
+            let value = redis::parse_redis_value(reply).unwrap();
+            assert_eq!(name_script_command(value.clone()), value);
+        }
     }
 }

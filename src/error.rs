@@ -181,8 +181,9 @@ impl NodeErrorKind {
     /// Whether the node refused the command for a reason that trying again soon cannot fix, only an
     /// operator: the user may not run it (`NOPERM`: a missing ACL permission, named in the
     /// message), the connection is not authenticated (`NOAUTH`), its credentials were refused
-    /// (`WRONGPASS`, or a failed `AUTH` while connecting), or the command is unknown there
-    /// (disabled or renamed, e.g. scripting turned off).
+    /// (`WRONGPASS`, or a failed `AUTH` while connecting), a script's user may not run a command,
+    /// key or channel of the script, or the command is unknown there (disabled or renamed, e.g.
+    /// scripting turned off).
     ///
     /// `lock()` stops retrying when such refusals alone leave too few nodes for a quorum, and
     /// returns [`Error::NoQuorum`] with them at once. The connection to a node that refused its
@@ -206,9 +207,11 @@ impl NodeErrorKind {
         }
         match error.code() {
             Some("NOPERM" | "NOAUTH" | "WRONGPASS") => true,
-            Some("ERR") => error
-                .detail()
-                .is_some_and(|detail| detail.starts_with("unknown command")),
+            // Redis 7.0 reports a command that a script's user may not run as a plain error.
+            Some("ERR") => error.detail().is_some_and(|detail| {
+                detail.starts_with("unknown command")
+                    || detail.starts_with("The user executing the script can't")
+            }),
             _ => false,
         }
     }
@@ -269,6 +272,8 @@ mod tests {
             b"-NOAUTH Authentication required.\r\n",
             b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
             b"-ERR unknown command 'EVALSHA', with args beginning with: \r\n",
+            b"-ERR The user executing the script can't run this command or subcommand \
+              script: 06ca, on @user_script:5.\r\n",
         ] {
             assert!(redis_error(reply).is_refusal(), "{reply:?}");
         }
