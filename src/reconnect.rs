@@ -35,9 +35,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use futures::future::{BoxFuture, FutureExt, Shared, join_all};
+use futures::future::{FutureExt, Shared, join_all};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, Value};
+use tokio::sync::oneshot;
 
 use crate::connection::PRELOADED;
 
@@ -82,8 +83,10 @@ enum Slot {
     Ready(Live),
 }
 
-/// An attempt to connect, driven by a task of its own and awaited by any number of calls.
-type Pending = Shared<BoxFuture<'static, RedisResult<Live>>>;
+/// The outcome of an attempt to connect, made by a task of its own and awaited by any number of
+/// calls. Only the task polls the attempt: a runtime that shuts down drops it (and a call on
+/// another runtime never polls I/O or timers of the dead one), which reads as [`abandoned`].
+type Pending = Shared<oneshot::Receiver<RedisResult<Live>>>;
 
 /// A connection that was made, and how it has been answering.
 #[derive(Clone)]
@@ -120,7 +123,7 @@ impl Reconnecting {
     pub(crate) async fn send(self: &Arc<Self>, cmd: &Cmd) -> RedisResult<Value> {
         let mut live = match self.current() {
             Current::Ready(live) => live,
-            Current::Pending(pending) => pending.await?,
+            Current::Pending(pending) => pending.await.unwrap_or_else(|_| Err(abandoned()))?,
             Current::Failed(error) => return Err(error),
         };
         if live.health.sent(nanos_now) {
@@ -138,7 +141,9 @@ impl Reconnecting {
     pub(crate) async fn connect(self: &Arc<Self>) -> RedisResult<()> {
         match self.current() {
             Current::Ready(_) => Ok(()),
-            Current::Pending(pending) => pending.await.map(drop),
+            Current::Pending(pending) => {
+                pending.await.unwrap_or_else(|_| Err(abandoned())).map(drop)
+            }
             Current::Failed(error) => Err(error),
         }
     }
@@ -159,41 +164,51 @@ impl Reconnecting {
             } if Instant::now() < *retry_at => return Current::Failed(error.clone()),
             Slot::Idle { backoff, .. } => *backoff,
         };
-        let pending = self.start_connecting(backoff);
-        *slot = Slot::Connecting(pending.clone());
-        Current::Pending(pending)
+        match self.start_connecting(backoff) {
+            Some(pending) => {
+                *slot = Slot::Connecting(pending.clone());
+                Current::Pending(pending)
+            }
+            None => Current::Failed(no_runtime()),
+        }
     }
 
     /// An attempt to connect, run by a task of its own so that it completes even when every call
-    /// waiting for it gave up (and polled by those calls too, so it works without a runtime to
-    /// spawn on). Its outcome settles the slot; a failure sets the next attempt `backoff` later.
-    fn start_connecting(self: &Arc<Self>, backoff: Duration) -> Pending {
-        let this = Arc::downgrade(self);
+    /// waiting for it gave up; `None` outside a tokio runtime. Its outcome settles the slot; a
+    /// failure sets the next attempt `backoff` later.
+    fn start_connecting(self: &Arc<Self>, backoff: Duration) -> Option<Pending> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (report, pending) = oneshot::channel();
+        let mut attempt = Attempt {
+            this: Arc::downgrade(self),
+            settled: false,
+        };
         let client = self.client.clone();
-        let pending = async move {
+        runtime.spawn(async move {
             let outcome = match tokio::time::timeout(CONNECT_TIMEOUT, open(&client)).await {
                 Ok(outcome) => outcome,
                 Err(_) => Err(timed_out(CONNECT_TIMEOUT)),
             };
-            if let Some(this) = this.upgrade() {
-                this.settle(&outcome, backoff);
-            }
-            outcome
-        }
-        .boxed()
-        .shared();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(pending.clone().map(drop));
-        }
-        pending
+            attempt.settle(&outcome, backoff);
+            let _ = report.send(outcome);
+        });
+        Some(pending.shared())
     }
 
-    fn settle(&self, outcome: &RedisResult<Live>, backoff: Duration) {
+    fn settle(&self, outcome: Option<&RedisResult<Live>>, backoff: Duration) {
         let mut slot = self.slot();
         // Only an attempt in progress can settle, and there is one at most.
         if !matches!(*slot, Slot::Connecting(_)) {
             return;
         }
+        let Some(outcome) = outcome else {
+            // Abandoned (its runtime shut down): the next call starts another at once.
+            *slot = Slot::Idle {
+                failed: None,
+                backoff,
+            };
+            return;
+        };
         *slot = match outcome {
             Ok(live) => {
                 tracing::debug!("node connection made");
@@ -214,7 +229,13 @@ impl Reconnecting {
         let mut slot = self.slot();
         if matches!(&*slot, Slot::Ready(current) if current.is(live)) {
             tracing::debug!(%error, "node connection lost, reconnecting");
-            *slot = Slot::Connecting(self.start_connecting(BACKOFF_MIN));
+            *slot = match self.start_connecting(BACKOFF_MIN) {
+                Some(pending) => Slot::Connecting(pending),
+                None => Slot::Idle {
+                    failed: None,
+                    backoff: BACKOFF_MIN,
+                },
+            };
         }
     }
 
@@ -242,6 +263,32 @@ impl Reconnecting {
     }
 }
 
+/// An attempt to connect, as its task sees it: settles the slot once, even when the task is
+/// dropped before the attempt ends.
+struct Attempt {
+    this: Weak<Reconnecting>,
+    settled: bool,
+}
+
+impl Attempt {
+    fn settle(&mut self, outcome: &RedisResult<Live>, backoff: Duration) {
+        self.settled = true;
+        if let Some(this) = self.this.upgrade() {
+            this.settle(Some(outcome), backoff);
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.settled
+            && let Some(this) = self.this.upgrade()
+        {
+            this.settle(None, BACKOFF_MIN);
+        }
+    }
+}
+
 /// What a probe found.
 enum Verdict {
     /// The suspect connection answered its PING (or failed outright).
@@ -255,6 +302,8 @@ enum Verdict {
 
 /// Tells a dead connection from a stalled node; see the module docs.
 async fn probe(this: Weak<Reconnecting>, client: Client, old: Live) {
+    // Ends the probe however the task ends, also when its runtime shuts down.
+    let _ending = EndProbe(Arc::clone(&old.health));
     let started = tokio::time::Instant::now();
     let ping = redis::cmd("PING");
     let mut suspect = old.connection.clone();
@@ -283,7 +332,14 @@ async fn probe(this: Weak<Reconnecting>, client: Client, old: Live) {
             Verdict::Unknown => {}
         }
     }
-    old.health.end_probe(nanos_now());
+}
+
+struct EndProbe(Arc<Health>);
+
+impl Drop for EndProbe {
+    fn drop(&mut self) {
+        self.0.end_probe(nanos_now());
+    }
 }
 
 /// Makes a connection and checks that the node serves it: the redis crate's set-up (AUTH and
@@ -324,6 +380,18 @@ fn check_pong(reply: Value) -> RedisResult<()> {
         Value::ServerError(error) if error.code() != "NOPERM" => Err(error.into()),
         _ => Ok(()),
     }
+}
+
+/// The error of calls that waited for an attempt whose runtime shut down.
+fn abandoned() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::Interrupted,
+        "connecting was abandoned: the runtime that ran it shut down",
+    ))
+}
+
+fn no_runtime() -> RedisError {
+    RedisError::from(std::io::Error::other("no tokio runtime to connect on"))
 }
 
 fn timed_out(after: Duration) -> RedisError {

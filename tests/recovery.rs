@@ -274,3 +274,55 @@ async fn a_release_listener_on_a_half_open_connection_is_re_made() {
         .expect("the waiter gets the lock");
     lock.unlock().await.expect("unlock");
 }
+
+#[test]
+fn a_client_outlives_the_runtimes_it_ran_on() {
+    let cluster = Cluster::start(3);
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    // The runtime that made the client ends at once, with the connection attempts it started.
+    let redlock = runtime()
+        .block_on(Redlock::connect(cluster.urls()))
+        .expect("URLs parse");
+    for round in 0..5 {
+        // Each runtime ends with the connections made on it; the next one makes its own.
+        runtime().block_on(async {
+            let mutex = mutex(&redlock, "recovery:runtimes").with_tries(20);
+            let lock = mutex
+                .lock()
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            lock.unlock().await.expect("unlock");
+        });
+    }
+}
+
+#[test]
+fn a_connection_attempt_cut_short_by_its_runtime_is_made_again() {
+    let cluster = Cluster::start(3);
+    let proxies = cluster.proxies();
+    let all = [0, 1, 2];
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    // The first attempts hang on the cut-off network when their runtime ends.
+    proxies.set_mode(&all, testenv::Mode::Blackhole);
+    let redlock = runtime().block_on(async {
+        let redlock = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        redlock
+    });
+    proxies.set_mode(&all, testenv::Mode::Pass);
+    runtime().block_on(async {
+        let mutex = mutex(&redlock, "recovery:abandoned").with_tries(20);
+        let lock = mutex.lock().await.expect("connected on this runtime");
+        lock.unlock().await.expect("unlock");
+    });
+}
