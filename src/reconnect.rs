@@ -66,6 +66,8 @@ pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// [`NodeConnection`](crate::NodeConnection).
 pub(crate) struct Reconnecting {
     client: Client,
+    /// The node's address for traces, without credentials.
+    address: String,
     slot: Mutex<Slot>,
 }
 
@@ -106,6 +108,7 @@ impl Reconnecting {
     /// Makes nothing yet: the first call connects.
     pub(crate) fn new(client: Client) -> Reconnecting {
         Reconnecting {
+            address: address_of(&client),
             client,
             slot: Mutex::new(Slot::Idle {
                 failed: None,
@@ -211,11 +214,11 @@ impl Reconnecting {
         };
         *slot = match outcome {
             Ok(live) => {
-                tracing::debug!("node connection made");
+                tracing::debug!(node = %self.address, "node connection made");
                 Slot::Ready(live.clone())
             }
             Err(error) => {
-                tracing::debug!(%error, ?backoff, "node connection failed");
+                tracing::debug!(node = %self.address, %error, ?backoff, "node connection failed");
                 Slot::Idle {
                     failed: Some((error.clone(), Instant::now() + jittered(backoff))),
                     backoff: (backoff * 2).min(BACKOFF_MAX),
@@ -228,7 +231,7 @@ impl Reconnecting {
     fn lost(self: &Arc<Self>, live: &Live, error: &RedisError) {
         let mut slot = self.slot();
         if matches!(&*slot, Slot::Ready(current) if current.is(live)) {
-            tracing::debug!(%error, "node connection lost, reconnecting");
+            tracing::debug!(node = %self.address, %error, "node connection lost, reconnecting");
             *slot = match self.start_connecting(BACKOFF_MIN) {
                 Some(pending) => Slot::Connecting(pending),
                 None => Slot::Idle {
@@ -257,7 +260,10 @@ impl Reconnecting {
     fn replace(&self, old: &Live, fresh: Live) {
         let mut slot = self.slot();
         if matches!(&*slot, Slot::Ready(current) if current.is(old)) {
-            tracing::debug!("node connection went silent while a new one answered: replaced");
+            tracing::debug!(
+                node = %self.address,
+                "node connection went silent while a new one answered: replaced"
+            );
             *slot = Slot::Ready(fresh);
         }
     }
@@ -379,6 +385,15 @@ fn check_pong(reply: Value) -> RedisResult<()> {
     match reply {
         Value::ServerError(error) if error.code() != "NOPERM" => Err(error.into()),
         _ => Ok(()),
+    }
+}
+
+/// A client's address for messages, e.g. `rediss://10.0.0.1:6380`: never its credentials.
+pub(crate) fn address_of(client: &Client) -> String {
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}"),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}"),
+        other => other.to_string(),
     }
 }
 

@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::listener::Listeners;
 use crate::mutex::Mutex;
 use crate::node::Node;
+use crate::reconnect::address_of;
 use crate::redact::redact_url;
 use crate::wake::Hub;
 
@@ -333,15 +334,6 @@ fn url_error(index: usize, url: &str, address: &str) -> Error {
         _ => format!("not a valid Redis URL: {address}"),
     };
     Error::config(format!("urls[{index}]"), rule)
-}
-
-/// A client's address for messages, e.g. `rediss://10.0.0.1:6380`: never its credentials.
-fn address_of(client: &redis::Client) -> String {
-    match client.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}"),
-        redis::ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}"),
-        other => other.to_string(),
-    }
 }
 
 impl fmt::Debug for Redlock {
