@@ -266,8 +266,8 @@ async fn gather(
 ///   redmutex's own, after it went silent while a fresh connection to the same node answered
 ///   `PING` and its own `PING` stayed unanswered. A node that is merely stalled (SIGSTOP, a long
 ///   script) cannot answer the fresh connection, so it keeps its connection and, when it resumes,
-///   runs what was queued there in order (tests/recovery.rs checks both, and that replacing the
-///   connection after a run of timeouts alone leaves a late SET's key behind).
+///   runs what was queued there in order (tests/recovery.rs checks both; with the connection
+///   replaced after a run of timeouts alone, its paused-node test finds a late SET's key left).
 /// - What is left: a silent connection whose packets the network still holds (TCP retransmitting
 ///   after an outage that let a fresh connection through) may deliver them after its replacement,
 ///   so one of its requests may run after a newer one. The harm is bounded: a late SET leaves a key

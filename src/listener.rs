@@ -18,10 +18,10 @@ use crate::scripts::NOTICE_PREFIX;
 use crate::wake::{Hub, LINGER, State};
 
 /// Bound on opening a listener connection and on each SUBSCRIBE, UNSUBSCRIBE or PING.
-pub(crate) const LISTENER_TIMEOUT: Duration = Duration::from_secs(2);
+const LISTENER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often a listener checks its connection with a PING.
-pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(3);
+const PING_INTERVAL: Duration = Duration::from_secs(3);
 
 /// Pause before reconnecting a lost listener, doubled after each failed try up to the maximum.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);

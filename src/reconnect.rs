@@ -45,22 +45,22 @@ use crate::connection::PRELOADED;
 /// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
 /// CLIENT SETINFO) and our PING. Calls never wait this long (their node timeout bounds them); it
 /// only decides when an attempt that hangs is given up, so that a later call can start another.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Pause after a failed attempt to connect before the next one, doubled after each failure.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// A connection is suspect after this many requests without a reply...
-pub(crate) const SILENT_CALLS: u32 = 3;
+const SILENT_CALLS: u32 = 3;
 /// ...over at least this long since the first of them.
-pub(crate) const SILENT_FOR: Duration = Duration::from_secs(1);
+const SILENT_FOR: Duration = Duration::from_secs(1);
 /// How long the suspect connection's PING has to answer, from the start of the probe.
-pub(crate) const PROBE_WAIT: Duration = Duration::from_secs(2);
+const PROBE_WAIT: Duration = Duration::from_secs(2);
 /// At least this long after the fresh connection answered.
-pub(crate) const PROBE_GRACE: Duration = Duration::from_millis(500);
+const PROBE_GRACE: Duration = Duration::from_millis(500);
 /// Pause between two probes of one connection.
-pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A connection to one node that remakes itself. Shared by every clone of its
 /// [`NodeConnection`](crate::NodeConnection).
