@@ -18,6 +18,9 @@
 //! - **redmutex default** (`with_retry_delay` set for the contended workload only) and
 //!   **redmutex fail-fast** (`with_fail_fast(true)`), and **redmutex fencing** (default options
 //!   with `with_fencing(true)`: one more round trip per acquisition).
+//! - **redmutex TLS**: default options over TLS (built with `--features tls`): the same nodes
+//!   serve TLS too, with certificates of a throwaway CA that the client trusts through
+//!   `Redlock::from_clients`. Its ratios are against redmutex default over plain TCP.
 //! - **rslock** (crates.io), built as `peers/rslock-bench` and run as a subprocess against the same
 //!   nodes with the same harness (`benches/support/harness.rs`).
 //!
@@ -85,24 +88,28 @@ enum Who {
     RedmutexFailFast,
     /// Default options plus `with_fencing(true)`: the cost of the raise round.
     RedmutexFencing,
+    /// Default options over TLS (`--features tls`): the cost of TLS.
+    RedmutexTls,
     Rslock,
 }
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 6] = [
+    const ALL: [Who; 7] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
         Who::RedmutexFailFast,
         Who::RedmutexFencing,
+        Who::RedmutexTls,
         Who::Rslock,
     ];
 
     /// Run order before rotation: each library next to its floor.
-    const RUN: [Who; 6] = [
+    const RUN: [Who; 7] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
+        Who::RedmutexTls,
         Who::RedmutexFencing,
         Who::FloorQuorum,
         Who::RedmutexFailFast,
@@ -116,6 +123,7 @@ impl Who {
             Who::RedmutexDefault => "redmutex default",
             Who::RedmutexFailFast => "redmutex fail-fast",
             Who::RedmutexFencing => "redmutex fencing",
+            Who::RedmutexTls => "redmutex TLS",
             Who::Rslock => "rslock 0.10.0",
         }
     }
@@ -128,7 +136,13 @@ impl Who {
                 Some(Who::FloorWaitAll)
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
+            Who::RedmutexTls => Some(Who::RedmutexDefault),
         }
+    }
+
+    /// Whether this build can run it: the TLS row needs `--features tls`.
+    fn built(self) -> bool {
+        self != Who::RedmutexTls || cfg!(feature = "tls")
     }
 }
 
@@ -214,7 +228,19 @@ fn main() -> ExitCode {
         eprintln!("compare: rslock could not be built; its rows say why\n{error}");
     }
 
-    let cluster = testenv::Cluster::start(NODES);
+    // With TLS, the same nodes serve plain TCP (the other rows) and TLS (the TLS row).
+    #[cfg(feature = "tls")]
+    let (cluster, tls) = {
+        let ca = testenv::Tls::new();
+        let cluster = testenv::Cluster::start_tls(NODES, &ca);
+        let tls = TlsNodes {
+            urls: cluster.tls_urls(),
+            ca_pem: ca.ca_pem().to_owned(),
+        };
+        (cluster, Some(tls))
+    };
+    #[cfg(not(feature = "tls"))]
+    let (cluster, tls) = (testenv::Cluster::start(NODES), None::<TlsNodes>);
     let urls = cluster.urls();
 
     eprintln!(
@@ -240,7 +266,7 @@ fn main() -> ExitCode {
             for i in 0..Who::RUN.len() {
                 let who = Who::RUN[(i + shift) % Who::RUN.len()];
                 let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
-                if config.selects(&label) {
+                if who.built() && config.selects(&label) {
                     seq += 1;
                     group.push((who, seq, Vec::with_capacity(rounds)));
                 }
@@ -266,6 +292,7 @@ fn main() -> ExitCode {
                         workload,
                         round_timing,
                         &urls,
+                        tls.as_ref(),
                         &prefix,
                         &rslock,
                     ));
@@ -335,12 +362,45 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The TLS port of every node, and the CA that signed their certificates.
+#[cfg_attr(not(feature = "tls"), allow(dead_code))] // made only with the feature
+struct TlsNodes {
+    urls: Vec<String>,
+    ca_pem: String,
+}
+
+/// A client over the nodes' TLS ports, trusting their CA.
+#[cfg(feature = "tls")]
+async fn tls_redlock(tls: Option<&TlsNodes>) -> Result<Redlock, String> {
+    let tls = tls.ok_or("no TLS nodes")?;
+    let mut clients = Vec::new();
+    for url in &tls.urls {
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(tls.ca_pem.as_bytes().to_vec()),
+        };
+        clients.push(
+            redis::Client::build_with_tls(url.as_str(), certificates).map_err(|e| e.to_string())?,
+        );
+    }
+    Redlock::from_clients(clients)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "tls"))]
+async fn tls_redlock(_: Option<&TlsNodes>) -> Result<Redlock, String> {
+    Err("TLS needs --features tls".into())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_contender(
     who: Who,
     flavor: Flavor,
     workload: Workload,
     timing: Timing,
     urls: &[String],
+    tls: Option<&TlsNodes>,
     prefix: &str,
     rslock: &Result<PathBuf, String>,
 ) -> Row {
@@ -376,9 +436,12 @@ fn run_contender(
                     .collect())
             })
         }
-        Who::RedmutexDefault | Who::RedmutexFailFast | Who::RedmutexFencing => {
+        Who::RedmutexDefault | Who::RedmutexFailFast | Who::RedmutexFencing | Who::RedmutexTls => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
-                let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
+                let redlock = match who {
+                    Who::RedmutexTls => tls_redlock(tls).await?,
+                    _ => Redlock::connect(&urls).await.map_err(|e| e.to_string())?,
+                };
                 Ok(names
                     .into_iter()
                     .map(|name| {
@@ -1153,6 +1216,30 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
             "32-task thr fail-fast/rslock",
             ratio(versus)
         ));
+        if Who::RedmutexTls.built() {
+            for (label, workload, pick) in [
+                ("1-task p50 TLS/TCP", u1, "p50"),
+                ("32-task thr TLS/TCP", u32_, "thr"),
+                ("32-task CPU TLS/TCP", u32_, "cpu"),
+            ] {
+                let row = find(Who::RedmutexTls, rt, workload);
+                let (value, spread) = row.map_or((None, None), |r| {
+                    let rounds = r.round_ratios;
+                    match pick {
+                        "p50" => (r.p50_ratio, rounds.map(|s| s.p50)),
+                        "thr" => (r.throughput_ratio, rounds.map(|s| s.throughput)),
+                        _ => (r.cpu_ratio, rounds.map(|s| s.cpu)),
+                    }
+                });
+                let rounds = spread.map_or_else(String::new, |s| {
+                    format!("rounds: median {:.2}, {:.2}-{:.2}", s.median, s.min, s.max)
+                });
+                line.push_str(&format!(
+                    "\n    {label:<30} {:>5} (no goal; {rounds})",
+                    ratio(value)
+                ));
+            }
+        }
         println!("{line}");
     }
 }

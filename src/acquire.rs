@@ -71,7 +71,8 @@ pub(crate) async fn acquire(
                 waiting.acquired();
                 return Ok(lock);
             }
-            Err((error, _)) if last => {
+            // Refusals (permissions, credentials) that leave no quorum fail every try alike.
+            Err((error, _)) if last || error.is_refused_by_too_many() => {
                 // Whatever the attempt set is released, or being released in the background.
                 guard.armed = false;
                 return Err(error);

@@ -1,20 +1,28 @@
 //! The connection to one node, shared by every mutex and lock of a client.
 
 use std::fmt;
+use std::sync::Arc;
 
+use futures::FutureExt;
 use futures::future::Either;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
+use crate::reconnect::Reconnecting;
 use crate::scripts::ALL;
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
 ///
-/// Built from the redis crate's [`ConnectionManager`] (reconnects by itself; recommended) or a plain
-/// [`MultiplexedConnection`] (never reconnects). Either way redmutex bounds every call by its own
-/// per-node timeout, so build them **without** response and connect timeouts of their own
-/// (`set_response_timeout(None)` and `set_connection_timeout(None)` on `ConnectionManagerConfig` or
-/// `AsyncConnectionConfig`): the redis crate's defaults (500 ms, 1 s) would cut node calls short.
+/// [`Redlock::connect`](crate::Redlock::connect) and
+/// [`Redlock::from_clients`](crate::Redlock::from_clients) make redmutex's own connections, which
+/// come back by themselves after any failure and also serve wake-up on release: prefer those. This
+/// type is for [`Redlock::new`](crate::Redlock::new), with connections the caller made: the redis
+/// crate's [`ConnectionManager`] (reconnects after I/O errors, but never after a failed set-up
+/// and never on a half-open connection) or a plain [`MultiplexedConnection`] (never reconnects).
+/// Either way redmutex bounds every call by its own per-node timeout, so build them **without**
+/// response and connect timeouts of their own (`set_response_timeout(None)` and
+/// `set_connection_timeout(None)` on `ConnectionManagerConfig` or `AsyncConnectionConfig`): the
+/// redis crate's defaults (500 ms, 1 s) would cut node calls short.
 ///
 /// # Examples
 ///
@@ -44,6 +52,8 @@ pub struct NodeConnection(Connection);
 
 #[derive(Clone)]
 enum Connection {
+    /// redmutex's own (see `reconnect`).
+    Own(Arc<Reconnecting>),
     Manager(ConnectionManager),
     Multiplexed(MultiplexedConnection),
 }
@@ -64,6 +74,7 @@ impl fmt::Debug for NodeConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The redis crate's own Debug output may include connection details; show the kind only.
         match self.0 {
+            Connection::Own(_) => f.write_str("NodeConnection(reconnecting)"),
             Connection::Manager(_) => f.write_str("NodeConnection(ConnectionManager)"),
             Connection::Multiplexed(_) => f.write_str("NodeConnection(MultiplexedConnection)"),
         }
@@ -71,6 +82,11 @@ impl fmt::Debug for NodeConnection {
 }
 
 impl NodeConnection {
+    /// redmutex's own connection through `client`, made on first use (see `reconnect`).
+    pub(crate) fn reconnecting(client: redis::Client) -> NodeConnection {
+        NodeConnection(Connection::Own(Arc::new(Reconnecting::new(client))))
+    }
+
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
     /// future costs a copy of it and a state machine on every node call. Errors the node replied
     /// with come back as [`Value::ServerError`].
@@ -78,19 +94,95 @@ impl NodeConnection {
         &'a mut self,
         cmd: &'a Cmd,
     ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
-        match &mut self.0 {
-            Connection::Manager(c) => Either::Left(c.send_packed_command(cmd)),
-            Connection::Multiplexed(c) => Either::Right(c.send_packed_command(cmd)),
-        }
+        let sent = match &mut self.0 {
+            Connection::Own(c) => Either::Left(c.send(cmd)),
+            Connection::Manager(c) => Either::Right(Either::Left(c.send_packed_command(cmd))),
+            Connection::Multiplexed(c) => Either::Right(Either::Right(c.send_packed_command(cmd))),
+        };
+        sent.map(|reply| reply.map(name_script_command))
     }
 
-    /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
-    pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
+    /// Opens the connection and loads the scripts into the node's cache, so the first lock does
+    /// not pay for the handshakes. redmutex's own connections load the scripts on every new
+    /// connection; for the caller's, this is the only time.
+    pub(crate) async fn warm_up(&mut self) -> RedisResult<()> {
+        if let Connection::Own(c) = &self.0 {
+            return c.connect().await;
+        }
         for script in ALL {
+            // SCRIPT LOAD is idempotent.
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
                 .await?
                 .extract_error()?;
         }
         Ok(())
+    }
+}
+
+/// A script's error for a command its user may not run names the script (by digest) and the line,
+/// but not the command: add the line's text, so that the error names the missing permission.
+fn name_script_command(reply: Value) -> Value {
+    let Value::ServerError(error) = &reply else {
+        return reply;
+    };
+    let Some((number, line)) = error.details().and_then(refused_script_line) else {
+        return reply;
+    };
+    let detail = error.details().unwrap_or_default();
+    let text = format!("-{} {detail} (line {number}: {line})\r\n", error.code());
+    redis::parse_redis_value(text.as_bytes()).unwrap_or(reply)
+}
+
+/// The number and text of the line that a script error points at, for errors of a command the
+/// script's user may not run (Redis 7.0: "The user executing the script can't run this command or
+/// subcommand script: DIGEST, on @user_script:LINE.").
+fn refused_script_line(detail: &str) -> Option<(usize, &'static str)> {
+    if !detail.starts_with("The user executing the script can't") {
+        return None;
+    }
+    let (_, place) = detail.split_once("script: ")?;
+    let (digest, line) = place.split_once(", on @user_script:")?;
+    let number: usize = line.trim_end_matches('.').parse().ok()?;
+    let script = ALL
+        .iter()
+        .find(|script| redis::Script::new(script).get_hash() == digest)?;
+    let line = script.lines().nth(number.checked_sub(1)?)?.trim();
+    Some((number, line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scripts::RELEASE;
+
+    #[test]
+    fn a_refused_command_in_a_script_is_named() {
+        let digest = redis::Script::new(RELEASE).get_hash().to_owned();
+        let reply = format!(
+            "-ERR The user executing the script can't run this command or subcommand \
+             script: {digest}, on @user_script:5.\r\n"
+        );
+        let reply = redis::parse_redis_value(reply.as_bytes()).unwrap();
+        let Value::ServerError(error) = name_script_command(reply) else {
+            panic!("still an error");
+        };
+        assert_eq!(error.code(), "ERR");
+        let detail = error.details().unwrap();
+        assert!(
+            detail.ends_with("(line 5: redis.call('DEL', KEYS[1]))"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn other_replies_pass_unchanged() {
+        for reply in [
+            &b"-NOPERM User app has no permissions to run the 'set' command\r\n"[..],
+            b"-ERR The user executing the script can't run this command script: 00, on @user_script:5.\r\n",
+            b":1\r\n",
+        ] {
+            let value = redis::parse_redis_value(reply).unwrap();
+            assert_eq!(name_script_command(value.clone()), value);
+        }
     }
 }

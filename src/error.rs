@@ -84,6 +84,24 @@ impl Error {
             rule: rule.into(),
         }
     }
+
+    /// Whether nodes that refused the command (see [`NodeErrorKind::is_refusal`]) are so many that
+    /// the rest cannot make a quorum: then another attempt is bound to fail the same way, and
+    /// `lock()` returns this error at once instead of spending its tries.
+    pub(crate) fn is_refused_by_too_many(&self) -> bool {
+        match self {
+            Error::NoQuorum {
+                quorum,
+                total,
+                failures,
+                ..
+            } => {
+                let refused = failures.iter().filter(|f| f.kind.is_refusal()).count();
+                total.saturating_sub(refused) < *quorum
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What happened on one node that did not succeed.
@@ -167,6 +185,46 @@ pub enum NodeErrorKind {
     },
 }
 
+impl NodeErrorKind {
+    /// Whether the node refused the command for a reason that trying again soon cannot fix, only an
+    /// operator: the user may not run it (`NOPERM`: a missing ACL permission, named in the
+    /// message), the connection is not authenticated (`NOAUTH`), its credentials were refused
+    /// (`WRONGPASS`, or a failed `AUTH` while connecting), a script's user may not run a command,
+    /// key or channel of the script, or the command is unknown there (disabled or renamed, e.g.
+    /// scripting turned off).
+    ///
+    /// `lock()` stops retrying when such refusals alone leave too few nodes for a quorum, and
+    /// returns [`Error::NoQuorum`] with them at once. The connection to a node that refused its
+    /// set-up is tried again on later calls, so the node comes back once the operator fixed it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redmutex::NodeErrorKind;
+    /// use std::time::Duration;
+    ///
+    /// assert!(!NodeErrorKind::Timeout(Duration::from_millis(400)).is_refusal());
+    /// assert!(!NodeErrorKind::Taken.is_refusal());
+    /// ```
+    pub fn is_refusal(&self) -> bool {
+        let NodeErrorKind::Redis(error) = self else {
+            return false;
+        };
+        if error.kind() == redis::ErrorKind::AuthenticationFailed {
+            return true;
+        }
+        match error.code() {
+            Some("NOPERM" | "NOAUTH" | "WRONGPASS") => true,
+            // Redis 7.0 reports a command that a script's user may not run as a plain error.
+            Some("ERR") => error.detail().is_some_and(|detail| {
+                detail.starts_with("unknown command")
+                    || detail.starts_with("The user executing the script can't")
+            }),
+            _ => false,
+        }
+    }
+}
+
 /// Formats node failures as `node 1: ...; node 3: ...`.
 struct NodeList<'a>(&'a [NodeError]);
 
@@ -208,6 +266,54 @@ mod tests {
             "no quorum: 1 of 3 nodes succeeded, 2 needed \
              (node 1: timed out after 50ms; node 2: held by another owner)"
         );
+    }
+
+    fn redis_error(reply: &[u8]) -> NodeErrorKind {
+        let value = redis::parse_redis_value(reply).unwrap();
+        NodeErrorKind::Redis(value.extract_error().unwrap_err())
+    }
+
+    #[test]
+    fn refusals_are_the_errors_only_an_operator_can_fix() {
+        for reply in [
+            &b"-NOPERM User app has no permissions to run the 'evalsha' command\r\n"[..],
+            b"-NOAUTH Authentication required.\r\n",
+            b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+            b"-ERR unknown command 'EVALSHA', with args beginning with: \r\n",
+            b"-ERR The user executing the script can't run this command or subcommand \
+              script: 06ca, on @user_script:5.\r\n",
+        ] {
+            assert!(redis_error(reply).is_refusal(), "{reply:?}");
+        }
+        for reply in [
+            &b"-ERR max number of clients reached\r\n"[..],
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+            b"-NOSCRIPT No matching script.\r\n",
+        ] {
+            assert!(!redis_error(reply).is_refusal(), "{reply:?}");
+        }
+        let io = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(!NodeErrorKind::Redis(io).is_refusal());
+    }
+
+    #[test]
+    fn refusals_stop_retries_once_they_leave_no_quorum() {
+        let no_quorum = |kinds: Vec<NodeErrorKind>| Error::NoQuorum {
+            ok: 0,
+            quorum: 3,
+            total: 5,
+            failures: kinds
+                .into_iter()
+                .enumerate()
+                .map(|(node, kind)| NodeError { node, kind })
+                .collect(),
+        };
+        let noperm = || redis_error(b"-NOPERM no permissions\r\n");
+        let timeout = || NodeErrorKind::Timeout(Duration::from_millis(1));
+        assert!(!no_quorum(vec![noperm(), noperm()]).is_refused_by_too_many());
+        assert!(!no_quorum(vec![noperm(), noperm(), timeout()]).is_refused_by_too_many());
+        assert!(no_quorum(vec![noperm(), noperm(), noperm()]).is_refused_by_too_many());
+        assert!(!Error::Expired.is_refused_by_too_many());
     }
 
     #[test]

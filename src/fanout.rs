@@ -251,19 +251,31 @@ async fn gather(
 /// a failed unlock), [`cancel`](Stragglers::cancel) takes the calls away from that task and drops
 /// them. Nothing waits for them; the order is kept by the connections:
 ///
-/// - Each node has one connection (a `MultiplexedConnection`, or a `ConnectionManager` holding
-///   one), which hands requests to a single writer task through a FIFO channel in the order they
-///   were handed in, and Redis executes one connection's commands in the order received. A call
+/// - Each node has one connection at a time (a `MultiplexedConnection`: redmutex's own, see
+///   `reconnect`, or the caller's, or one held by a `ConnectionManager`), which hands requests to a
+///   single writer task through a FIFO channel in the order they were handed in, and Redis
+///   executes one connection's commands in the order received. A call
 ///   hands its request in while it is being polled (under the lock `cancel` takes), and is never
 ///   polled after `cancel`; so a request handed in at all was handed in before the next
 ///   operation's, and runs before it.
 /// - A dropped call whose request was not handed in yet (waiting for the connection to be made, or
 ///   for room in the channel) never sends it; one handed in but not yet written is skipped by the
 ///   writer (its reply has nobody to go to). Neither can land late.
-/// - `ConnectionManager` (redis 1.8) never re-sends a request on a new connection: it replaces the
-///   connection only after the old one failed, and a request caught in that failure ends with an
-///   error. The next operation then goes out on the new connection, exactly as after a call that
-///   ended with an error while it was awaited.
+/// - No request is ever re-sent on a new connection. A connection is replaced after it failed (a
+///   request caught in the failure ends with an error, and the next operation goes out on the new
+///   connection, as after a call that ended with an error while it was awaited), or, for
+///   redmutex's own, after it went silent while a fresh connection to the same node answered
+///   `PING` and its own `PING` stayed unanswered. A node that is merely stalled (SIGSTOP, a long
+///   script) cannot answer the fresh connection, so it keeps its connection and, when it resumes,
+///   runs what was queued there in order (tests/recovery.rs checks both; with the connection
+///   replaced after a run of timeouts alone, its paused-node test finds a late SET's key left).
+/// - What is left: a silent connection whose packets the network still holds (TCP retransmitting
+///   after an outage that let a fresh connection through) may deliver them after its replacement,
+///   so one of its requests may run after a newer one. The harm is bounded: a late SET leaves a key
+///   with a value nobody holds on that one node until it expires (acquiring never counts a key
+///   that exists, so no holder gains a node by it, and the node is out for that name for at most
+///   one expiry); a late extend, raise or release acts only where its own value holds, which a
+///   later operation of the same value either finds done or undoes.
 ///
 /// The same holds for calls that time out: they are dropped while their requests may still be
 /// queued, and whatever follows on that connection comes after them.

@@ -17,11 +17,14 @@ mod mutex;
 mod node;
 mod probe;
 mod quorum;
+mod reconnect;
 mod redact;
 mod redlock;
 mod scripts;
 mod settings;
 mod target;
+#[cfg(feature = "tls")]
+mod tls;
 mod value;
 mod waiting;
 

@@ -1,4 +1,10 @@
 //! The release-notice listeners: one pub/sub connection per node, kept open for the hub.
+//!
+//! A listener re-makes its connection after any failure, including a connection that could not be
+//! set up (refused credentials, `maxclients`) and one that went half-open: a subscribed connection
+//! receives nothing while no lock is released, so silence alone says nothing, and a `PING` every
+//! [`PING_INTERVAL`] that must be answered within [`LISTENER_TIMEOUT`] notices a dead one within
+//! the sum of the two. A release missed meanwhile costs its waiters at most their retry delay.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -11,8 +17,11 @@ use crate::hub::{Hub, LINGER, State};
 use crate::quorum::quorum;
 use crate::scripts::NOTICE_PREFIX;
 
-/// Bound on opening a listener connection and on each SUBSCRIBE or UNSUBSCRIBE.
+/// Bound on opening a listener connection and on each SUBSCRIBE, UNSUBSCRIBE or PING.
 const LISTENER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often a listener checks its connection with a PING.
+const PING_INTERVAL: Duration = Duration::from_secs(3);
 
 /// Pause before reconnecting a lost listener, doubled after each failed try up to the maximum.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -161,6 +170,9 @@ impl Listener {
         }
         tracing::debug!(node = self.node, "release listener connected");
         let mut sweep = tokio::time::interval(LINGER);
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 message = stream.next() => {
@@ -189,6 +201,12 @@ impl Listener {
                     };
                     hub.sweep_now();
                 }
+                _ = ping.tick() => {
+                    if !answers_ping(&mut sink).await {
+                        tracing::debug!(node = self.node, "release listener unanswered PING");
+                        return Stop::Lost { served: true };
+                    }
+                }
             }
         }
     }
@@ -205,6 +223,16 @@ async fn apply(sink: &mut PubSubSink, command: Command) -> bool {
             subscribed
         }
         Command::Unsubscribe(channel) => bounded(sink.unsubscribe(&channel)).await,
+    }
+}
+
+/// Whether the node answers a PING on the subscribed connection in time. An error reply (the
+/// user may not PING) still came back over the connection, so it counts as an answer.
+async fn answers_ping(sink: &mut PubSubSink) -> bool {
+    match tokio::time::timeout(LISTENER_TIMEOUT, sink.ping::<redis::Value>()).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(error)) => error.code().is_some(),
+        Err(_) => false,
     }
 }
 

@@ -4,14 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 use crate::connection::NodeConnection;
 use crate::error::Error;
 use crate::hub::Hub;
 use crate::listener::Listeners;
 use crate::mutex::Mutex;
 use crate::node::Node;
+use crate::reconnect::address_of;
 use crate::redact::redact_url;
 use crate::target::Target;
 
@@ -20,9 +19,9 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A client over N independent Redis masters.
 ///
-/// Holds one multiplexed, auto-reconnecting connection per node, shared by every [`Mutex`] and
-/// [`Lock`](crate::Lock) made from it: create one `Redlock` per process and clone it freely (a clone
-/// is an `Arc` increment).
+/// Holds one multiplexed connection per node, shared by every [`Mutex`] and [`Lock`](crate::Lock)
+/// made from it, and re-made after any failure: create one `Redlock` per process and clone it
+/// freely (a clone is an `Arc` increment).
 ///
 /// The nodes must be independent masters: no replication between them, not a Redis Cluster (whose
 /// nodes share a keyspace, so one failover can hand the lock to two owners).
@@ -51,20 +50,18 @@ pub struct Redlock {
 }
 
 impl Redlock {
-    /// Connects to every node URL (`redis://[[user]:password@]host:port[/db]`, or `rediss://` when
-    /// the redis crate's TLS features are enabled).
+    /// Connects to every node URL: `redis://[[user]:password@]host:port[/db]`, `valkey://` alike,
+    /// or `rediss://` / `valkeys://` for TLS with the `tls` feature.
     ///
-    /// Connections are made lazily and re-made after failures, so a node that is down at start-up is
-    /// not an error: a majority is enough to lock, and the node shows up in that call's errors.
-    /// Each connection is a [`ConnectionManager`] without response or connect timeouts of its own;
-    /// redmutex bounds every node call by the mutex's timeout instead.
-    ///
-    /// Called within a tokio runtime, it opens the connections and loads the scripts in the
-    /// background; outside one, connections open on first use.
+    /// A thin layer over [`from_clients`](Redlock::from_clients): each URL becomes a
+    /// `redis::Client`, with the same behaviour. Connections are made lazily and re-made after
+    /// failures, so a node that is down at start-up is not an error: a majority is enough to lock,
+    /// and the node shows up in that call's errors.
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] if `urls` is empty or a URL does not parse. The message never contains a
+    /// [`Error::Config`] if `urls` is empty or a URL does not parse, and for a TLS URL when the
+    /// `tls` feature is off (the message names the feature). The message never contains a
     /// password.
     ///
     /// # Examples
@@ -86,35 +83,80 @@ impl Redlock {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        let mut nodes = Vec::new();
         let mut clients = Vec::new();
         for (index, url) in urls.into_iter().enumerate() {
             let url = url.as_ref();
             let address = redact_url(url);
-            // The redis crate's parse errors are generic; say which URL, without its secrets.
-            let client = redis::Client::open(url).map_err(|_| {
-                Error::config(
-                    format!("urls[{index}]"),
-                    format!("not a valid Redis URL: {address}"),
-                )
-            })?;
-            let config = ConnectionManagerConfig::new()
-                // redmutex's per-node timeout is the only bound on a call (see the type docs).
-                .set_response_timeout(None)
-                .set_connection_timeout(None)
-                // Fail a call at once when the node refuses connections, and try again on the next
-                // call, rather than hold calls in a backoff loop while the node may be back.
-                .set_number_of_retries(0);
-            clients.push(client.clone());
-            let manager =
-                ConnectionManager::new_lazy_with_config(client, config).map_err(|error| {
-                    Error::config(format!("urls[{index}]"), format!("{address}: {error}"))
-                })?;
-            nodes.push(Node {
-                connection: NodeConnection::from(manager),
-                address: Some(address),
-            });
+            let client = redis::Client::open(url).map_err(|_| url_error(index, url, &address))?;
+            clients.push((client, address));
         }
+        Redlock::with_clients(clients)
+    }
+
+    /// Builds a client over nodes reached through `clients`, one per node, in order: for
+    /// connections [`connect`](Redlock::connect) cannot describe with a URL, such as TLS with a
+    /// private CA or a client certificate (`redis::Client::build_with_tls`, with the `tls`
+    /// feature), or credentials that must not sit in a URL.
+    ///
+    /// Everything works as with `connect`: one connection per node, made on first use, re-made
+    /// after any failure (including a refused set-up: wrong credentials, `maxclients` reached) and
+    /// replaced when it goes half-open; the redis crate's own response and connect timeouts are
+    /// not used, since redmutex bounds every call by the mutex's node timeout; the scripts are
+    /// loaded on each new connection; and mutexes with wake-up on release open one pub/sub
+    /// connection per node through the same clients. Called within a tokio runtime, it starts
+    /// connecting in the background; outside one, connections open on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if there are no clients.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let urls = cluster.urls();
+    /// use redmutex::Redlock;
+    ///
+    /// // With the `tls` feature, `redis::Client::build_with_tls(url, certificates)` makes clients
+    /// // that trust a private CA or present a client certificate.
+    /// let clients = urls
+    ///     .iter()
+    ///     .map(|url| redis::Client::open(url.as_str()))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let redlock = Redlock::from_clients(clients).await?;
+    /// let lock = redlock.new_mutex("report:weekly").lock().await?;
+    /// lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn from_clients<I>(clients: I) -> Result<Redlock, Error>
+    where
+        I: IntoIterator<Item = redis::Client>,
+    {
+        let clients = clients
+            .into_iter()
+            .map(|client| {
+                let address = address_of(&client);
+                (client, address)
+            })
+            .collect();
+        Redlock::with_clients(clients)
+    }
+
+    /// The client over `clients`, each with its password-free address for messages.
+    fn with_clients(clients: Vec<(redis::Client, String)>) -> Result<Redlock, Error> {
+        #[cfg(feature = "tls")]
+        crate::tls::install_crypto_provider();
+        let nodes = clients
+            .iter()
+            .map(|(client, address)| Node {
+                connection: NodeConnection::reconnecting(client.clone()),
+                address: Some(address.clone()),
+            })
+            .collect();
+        let clients = clients.into_iter().map(|(client, _)| client).collect();
         let redlock = Redlock::from_nodes(nodes, clients)?;
         redlock.warm_up();
         Ok(redlock)
@@ -122,9 +164,14 @@ impl Redlock {
 
     /// Builds a client from connections the caller made, one per node, in order.
     ///
-    /// Build them without response or connect timeouts of their own (see [`NodeConnection`]): the
-    /// redis crate's defaults (500 ms, 1 s) would cut node calls shorter than the mutex's timeout.
-    /// Called within a tokio runtime, it loads the scripts on every node in the background.
+    /// Prefer [`connect`](Redlock::connect) or [`from_clients`](Redlock::from_clients), which make
+    /// connections that come back by themselves after any failure and support wake-up on release:
+    /// a client built here has no way to open the release listeners (its mutexes with wake-up on
+    /// release poll instead), and its connections recover only as well as the caller made them
+    /// (see [`NodeConnection`]). Build them without response or connect timeouts of their own:
+    /// the redis crate's defaults (500 ms, 1 s) would cut node calls shorter than the mutex's
+    /// timeout. Called within a tokio runtime, it loads the scripts on every node in the
+    /// background.
     ///
     /// # Errors
     ///
@@ -194,7 +241,7 @@ impl Redlock {
             runtime.spawn(async move {
                 // Best effort: a node that is down is reported by the calls that need it. Bounded,
                 // so a paused node does not keep this task alive.
-                let _ = tokio::time::timeout(WARM_UP_TIMEOUT, connection.load_scripts()).await;
+                let _ = tokio::time::timeout(WARM_UP_TIMEOUT, connection.warm_up()).await;
             });
         }
     }
@@ -272,6 +319,22 @@ impl Redlock {
     pub(crate) fn running_hub(&self) -> Option<Arc<Hub>> {
         self.listeners.running_hub()
     }
+}
+
+/// Why `url` (the `index`th) makes no client; `address` is the URL without its secrets, since the
+/// redis crate's own messages are generic.
+fn url_error(index: usize, url: &str, address: &str) -> Error {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    let rule = match scheme.as_deref() {
+        Some("rediss" | "valkeys") if cfg!(not(feature = "tls")) => format!(
+            "{address}: TLS needs redmutex's `tls` feature \
+             (redmutex = {{ version = \"...\", features = [\"tls\"] }})"
+        ),
+        _ => format!("not a valid Redis URL: {address}"),
+    };
+    Error::config(format!("urls[{index}]"), rule)
 }
 
 impl fmt::Debug for Redlock {

@@ -75,17 +75,6 @@ end
 return 1
 "#;
 
-/// Every script of the lock path, as a client loads them into each node's cache when it starts.
-pub(crate) const ALL: &[&str] = &[
-    RELEASE,
-    RELEASE_NOTIFY,
-    EXTEND,
-    ACQUIRE_FENCED,
-    RAISE,
-    fair::ROUND,
-    fair::RELEASE,
-];
-
 /// Inspection (`Mutex::inspect`): `KEYS[1]` = name. Returns nil when the key is absent, else a short
 /// fingerprint of the value (the first 12 hex digits of its SHA1) and the key's PTTL, read in one
 /// atomic step. The value itself never leaves the node: it is a capability.
@@ -110,6 +99,21 @@ if ARGV[1] == '1' then
 end
 return 1
 "#;
+
+/// Every script, loaded into a node's cache on each new connection, so that requests sent by
+/// digest find them even when nobody is left to send the fallback (see `node::Delivery`), and
+/// known by digest when a node names one in an error.
+pub(crate) const ALL: &[&str] = &[
+    RELEASE,
+    RELEASE_NOTIFY,
+    EXTEND,
+    ACQUIRE_FENCED,
+    RAISE,
+    INSPECT,
+    FORCE_RELEASE,
+    fair::ROUND,
+    fair::RELEASE,
+];
 
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
 pub(crate) struct Digests {

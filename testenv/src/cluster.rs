@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{Error, Node, Proxies, Proxy};
+use crate::{Error, Node, Proxies, Proxy, Tls};
 
 /// `n` independent Redis masters on loopback, each a [`Node`] with its own port.
 ///
@@ -32,8 +32,39 @@ impl Cluster {
     /// If `redis-server` cannot be found or installed, or a node does not start; nodes already
     /// started are stopped again.
     pub fn try_start(n: usize) -> Result<Cluster, Error> {
-        let nodes = (0..n).map(|_| Node::start()).collect::<Result<_, _>>()?;
+        let nodes = (0..n)
+            .map(|_| Node::start(None))
+            .collect::<Result<_, _>>()?;
         Ok(Cluster { nodes })
+    }
+
+    /// Starts `n` nodes that serve TLS with certificates of `tls`'s CA, and waits until each
+    /// answers `PING`.
+    ///
+    /// Each node gets a server certificate for `127.0.0.1` and `localhost`, written with the CA
+    /// certificate into its temporary directory, and requires client certificates if `tls` says
+    /// so. Clients under test connect to [`tls_urls`](Cluster::tls_urls). Each node also serves
+    /// plain TCP on loopback (its [`url`](Node::url)), which testenv's readiness probes and
+    /// inspection helpers use.
+    ///
+    /// # Panics
+    ///
+    /// If a node cannot be started; the message says why and quotes the end of the node's log.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let tls = testenv::Tls::new();
+    /// let cluster = testenv::Cluster::start_tls(1, &tls);
+    /// assert!(cluster.tls_urls()[0].starts_with("rediss://127.0.0.1:"));
+    /// // Give a client the URLs and `tls.ca_pem()` to trust.
+    /// ```
+    pub fn start_tls(n: usize, tls: &Tls) -> Cluster {
+        (0..n)
+            .map(|_| Node::start(Some(tls)))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|nodes| Cluster { nodes })
+            .unwrap_or_else(|e| panic!("testenv: could not start a {n}-node TLS cluster: {e}"))
     }
 
     /// The number of nodes.
@@ -68,6 +99,15 @@ impl Cluster {
     /// `redis://127.0.0.1:PORT/` for every node, in order.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Node::url).collect()
+    }
+
+    /// `rediss://127.0.0.1:PORT/` for every node, in order, with their TLS ports.
+    ///
+    /// # Panics
+    ///
+    /// If the nodes were not started with [`start_tls`](Cluster::start_tls).
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Node::tls_url).collect()
     }
 
     /// Starts a new [`Proxy`] in front of each node, for one client; their URLs are in node order.

@@ -9,13 +9,17 @@
 //!
 //! Faults of the network between one client and one node come from a [`Proxy`] in front of the
 //! node, switched at run time between the [`Mode`]s pass, delay, blackhole, reset, and hold-after
-//! (a blackhole that begins after a given number of requests).
+//! (a blackhole that begins after a given number of requests), and able to leave its current
+//! connections half-open for good ([`Proxy::strand`]) while it serves new ones.
 //! [`Cluster::proxies`] gives one client a proxy per node ([`Proxies`]), so two clients can see
 //! different partitions of the same cluster.
 //!
 //! The `redis-server` binary is taken from `REDMUTEX_REDIS_SERVER` if that is set, else from `PATH`
 //! or the usual system directories; if it is missing and we run as root on a Debian-like system,
 //! Debian's package is installed with `apt-get` once (see [`Error::NotFound`] otherwise).
+//!
+//! [`Cluster::start_tls`] starts nodes that serve TLS with certificates of a throwaway CA ([`Tls`]),
+//! made at test time; [`Node::acl_setuser`] and [`Node::config_set`] set up users and limits.
 //!
 //! This crate is for development only: it panics freely in its helpers, because a failing helper
 //! means a broken test environment, and the panic message says what went wrong.
@@ -50,9 +54,11 @@ mod install;
 mod port;
 mod proxy;
 mod server;
+mod tls;
 
 pub use cluster::Cluster;
 pub use error::Error;
 pub use install::redis_server_binary;
 pub use proxy::{Mode, Proxies, Proxy};
-pub use server::{Node, RestartHandle};
+pub use server::{ClientInfo, Node, RestartHandle};
+pub use tls::{Identity, Tls};

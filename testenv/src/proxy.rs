@@ -7,7 +7,7 @@ use std::fmt;
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::Duration;
 
@@ -117,7 +117,9 @@ pub struct Proxy {
     port: u16,
     target_port: u16,
     /// The only sender: dropping it tells the proxy's tasks to stop.
-    mode: watch::Sender<Mode>,
+    mode: watch::Sender<Control>,
+    /// How many connections were accepted so far; connections are numbered in that order.
+    accepted: Arc<AtomicU64>,
     /// Under [`Mode::HoldAfter`], how many more chunks from clients may pass.
     requests: Arc<AtomicU32>,
     /// Disconnected once every task of the proxy has ended, so its sockets are closed. In a
@@ -170,16 +172,21 @@ impl Proxy {
             TcpListener::from_std(listener)
                 .map_err(|e| Error::io("registering a proxy's listener", e))?
         };
-        let (mode, mode_rx) = watch::channel(Mode::Pass);
-        let requests = Arc::new(AtomicU32::new(0));
+        let (mode, mode_rx) = watch::channel(Control::default());
         let (stopped_tx, stopped) = mpsc::sync_channel(0);
         let target = SocketAddr::from((Ipv4Addr::LOCALHOST, target_port));
-        let counter = Arc::clone(&requests);
-        runtime.spawn(accept_loop(listener, target, mode_rx, counter, stopped_tx));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let requests = Arc::new(AtomicU32::new(0));
+        let counts = Counts {
+            accepted: Arc::clone(&accepted),
+            requests: Arc::clone(&requests),
+        };
+        runtime.spawn(accept_loop(listener, target, mode_rx, counts, stopped_tx));
         Ok(Proxy {
             port,
             target_port,
             mode,
+            accepted,
             requests,
             stopped: Mutex::new(stopped),
         })
@@ -210,19 +217,54 @@ impl Proxy {
             // Before the mode, so that no chunk sees the mode with the old count.
             self.requests.store(n, Ordering::SeqCst);
         }
-        self.mode.send_replace(mode);
+        self.mode.send_modify(|control| control.mode = mode);
     }
 
     /// The current mode.
     pub fn mode(&self) -> Mode {
-        *self.mode.borrow()
+        self.mode.borrow().mode
+    }
+
+    /// Leaves every connection accepted so far half-open, for good: from now on it forwards
+    /// nothing either way and is never closed (until the proxy is dropped), whatever the mode,
+    /// as when the peer's host vanished or a middlebox forgot the flow. Connections accepted
+    /// later are served under the mode as usual.
+    ///
+    /// A client sees no error on a stranded connection, only silence, while a new connection to
+    /// the same node works: the fault that only a client which gives up on a silent connection
+    /// and makes a new one gets over.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use testenv::{Cluster, Proxy};
+    ///
+    /// let cluster = Cluster::start(1);
+    /// let proxy = Proxy::start(cluster.node(0).port());
+    /// let client = redis::Client::open(proxy.url()).unwrap();
+    /// let mut old = client.get_connection().unwrap();
+    /// old.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    ///
+    /// proxy.strand();
+    /// assert!(redis::cmd("PING").exec(&mut old).is_err(), "silence on the old connection");
+    /// let mut new = client.get_connection().unwrap();
+    /// redis::cmd("PING").exec(&mut new).unwrap();
+    /// ```
+    pub fn strand(&self) {
+        let accepted = self.accepted.load(Ordering::SeqCst);
+        self.mode
+            .send_modify(|control| control.stranded_before = accepted);
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
         // Dropping the only sender stops every task; swap in an unconnected one to drop it now.
-        drop(mem::replace(&mut self.mode, watch::Sender::new(Mode::Pass)));
+        drop(mem::replace(
+            &mut self.mode,
+            watch::Sender::new(Control::default()),
+        ));
         // A bounded wait on the background runtime, which never waits on the caller's, so the port
         // is closed on return. Timing out means a task is stuck; the test still goes on.
         let stopped = self
@@ -239,6 +281,7 @@ impl fmt::Debug for Proxy {
             .field("port", &self.port)
             .field("target_port", &self.target_port)
             .field("mode", &self.mode())
+            .field("stranded", &self.mode.borrow().stranded_before)
             .finish()
     }
 }
@@ -334,19 +377,21 @@ fn runtime() -> &'static Runtime {
 async fn accept_loop(
     listener: TcpListener,
     target: SocketAddr,
-    mut mode: watch::Receiver<Mode>,
-    requests: Arc<AtomicU32>,
+    mut mode: watch::Receiver<Control>,
+    counts: Counts,
     stopped: mpsc::SyncSender<()>,
 ) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            next = listener.accept() => match next {
                 Ok((client, _)) => {
-                    let (mode, stopped) = (mode.clone(), stopped.clone());
-                    let requests = Arc::clone(&requests);
+                    let born = counts.accepted.fetch_add(1, Ordering::SeqCst);
+                    let requests = Arc::clone(&counts.requests);
+                    let mode = View { control: mode.clone(), born, requests };
+                    let stopped = stopped.clone();
                     connections.spawn(async move {
-                        serve(client, target, mode, &requests).await;
+                        serve(client, target, mode).await;
                         drop(stopped);
                     });
                 }
@@ -367,12 +412,7 @@ async fn accept_loop(
 
 /// Relays one client connection to the target until either side ends it, the mode becomes
 /// [`Mode::Reset`] or the proxy is dropped.
-async fn serve(
-    mut client: TcpStream,
-    target: SocketAddr,
-    mode: watch::Receiver<Mode>,
-    requests: &AtomicU32,
-) {
+async fn serve(mut client: TcpStream, target: SocketAddr, mode: View) {
     let mut watcher = mode.clone();
     // Until connected, the client's bytes wait in the kernel's buffers: held, like a blackhole's.
     let upstream = tokio::select! {
@@ -387,12 +427,12 @@ async fn serve(
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     tokio::select! {
-        _ = relay(&mut client, &mut upstream, &mode, requests) => {}
+        _ = relay(&mut client, &mut upstream, &mode) => {}
         () = closing(&mut watcher) => {}
     }
     // Decided from the mode, not from the branch: a relay that fails because it saw the reset
     // may finish first.
-    if watcher.has_changed().is_err() || *watcher.borrow() == Mode::Reset {
+    if watcher.control.has_changed().is_err() || watcher.mode() == Mode::Reset {
         reset(&client);
         reset(&upstream);
     }
@@ -400,11 +440,8 @@ async fn serve(
 
 /// Connects to the target once the mode lets bytes through; `None` if the node refuses, or the
 /// proxy is dropped first.
-async fn connect_when_open(
-    target: SocketAddr,
-    mut mode: watch::Receiver<Mode>,
-) -> Option<TcpStream> {
-    let now = *mode.wait_for(|m| *m != Mode::Blackhole).await.ok()?;
+async fn connect_when_open(target: SocketAddr, mut mode: View) -> Option<TcpStream> {
+    let now = mode.wait_for(|m| m != Mode::Blackhole).await?;
     if now == Mode::Reset {
         return None;
     }
@@ -412,15 +449,9 @@ async fn connect_when_open(
 }
 
 /// Returns once the mode is [`Mode::Reset`] or the proxy is dropped.
-async fn closing(mode: &mut watch::Receiver<Mode>) {
-    // An error means the sender is gone: the proxy was dropped.
-    let _ = mode.wait_for(|m| *m == Mode::Reset).await;
-}
-
-/// Takes one from `left` unless it is 0; whether it did.
-fn take_one(left: &AtomicU32) -> bool {
-    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
+async fn closing(mode: &mut View) {
+    // `None` means the sender is gone: the proxy was dropped.
+    let _ = mode.wait_for(|m| m == Mode::Reset).await;
 }
 
 /// Makes dropping the socket send a TCP `RST` instead of a `FIN`.
@@ -429,19 +460,13 @@ fn reset(stream: &TcpStream) {
     let _ = stream.set_zero_linger();
 }
 
-/// Forwards both ways until both directions have ended, or either fails. `requests` counts the
-/// chunks from the client under [`Mode::HoldAfter`].
-async fn relay(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
-    mode: &watch::Receiver<Mode>,
-    requests: &AtomicU32,
-) -> io::Result<()> {
+/// Forwards both ways until both directions have ended, or either fails.
+async fn relay(client: &mut TcpStream, upstream: &mut TcpStream, mode: &View) -> io::Result<()> {
     let (mut from_client, mut to_client) = client.split();
     let (mut from_node, mut to_node) = upstream.split();
     tokio::try_join!(
-        pump(&mut from_client, &mut to_node, mode.clone(), Some(requests)),
-        pump(&mut from_node, &mut to_client, mode.clone(), None),
+        pump(&mut from_client, &mut to_node, mode.clone(), true),
+        pump(&mut from_node, &mut to_client, mode.clone(), false),
     )?;
     Ok(())
 }
@@ -450,13 +475,13 @@ async fn relay(
 /// end of the input, writes what is left and ends the output.
 ///
 /// Reading and writing are separate, joined by a queue, so a delayed or held chunk never stops the
-/// chunks after it from being read (and timed from their own reads). `requests` is the count of
-/// [`Mode::HoldAfter`] for the client's direction, `None` for the node's.
+/// chunks after it from being read (and timed from their own reads). `from_client` says the
+/// direction: only chunks from the client count under [`Mode::HoldAfter`].
 async fn pump(
     from: &mut (impl AsyncRead + Unpin),
     to: &mut (impl AsyncWrite + Unpin),
-    mut mode: watch::Receiver<Mode>,
-    requests: Option<&AtomicU32>,
+    mut mode: View,
+    from_client: bool,
 ) -> io::Result<()> {
     let (chunks, mut pending) = queue::unbounded_channel::<(Instant, Vec<u8>)>();
     let read = async move {
@@ -473,7 +498,7 @@ async fn pump(
     };
     let write = async move {
         while let Some((read_at, chunk)) = pending.recv().await {
-            wait_to_forward(&mut mode, read_at, requests).await?;
+            wait_to_forward(&mut mode, read_at, from_client).await?;
             to.write_all(&chunk).await?;
         }
         to.shutdown().await
@@ -483,26 +508,19 @@ async fn pump(
 }
 
 /// Waits until a chunk read at `read_at` may be forwarded under the mode, which may change
-/// meanwhile. A chunk from the client (`requests` is `Some`) that passes under
-/// [`Mode::HoldAfter`] takes one from its count.
+/// meanwhile. A chunk from the client that passes under [`Mode::HoldAfter`] takes one from its
+/// count.
 ///
 /// # Errors
 ///
 /// If the mode becomes [`Mode::Reset`] or the proxy is dropped: the chunk must not be forwarded.
-async fn wait_to_forward(
-    mode: &mut watch::Receiver<Mode>,
-    read_at: Instant,
-    requests: Option<&AtomicU32>,
-) -> io::Result<()> {
+async fn wait_to_forward(mode: &mut View, read_at: Instant, from_client: bool) -> io::Result<()> {
     loop {
         // `None`: held until the mode changes.
-        let forward_at = match *mode.borrow_and_update() {
+        let forward_at = match mode.mode_and_update() {
             Mode::Pass => return Ok(()),
-            Mode::HoldAfter(_) => match requests {
-                None => return Ok(()),
-                Some(left) if take_one(left) => return Ok(()),
-                Some(_) => None,
-            },
+            Mode::HoldAfter(_) if !from_client || take_one(&mode.requests) => return Ok(()),
+            Mode::HoldAfter(_) => None,
             Mode::Delay(delay) => read_at.checked_add(delay),
             Mode::Blackhole => None,
             Mode::Reset => return Err(io::ErrorKind::ConnectionReset.into()),
@@ -515,9 +533,73 @@ async fn wait_to_forward(
         };
         tokio::select! {
             () = due => return Ok(()),
-            changed = mode.changed() => if changed.is_err() {
+            changed = mode.control.changed() => if changed.is_err() {
                 return Err(io::ErrorKind::ConnectionAborted.into());
             },
+        }
+    }
+}
+
+/// What the proxy's tasks are told: the mode, and which connections are stranded.
+#[derive(Debug, Clone, Copy, Default)]
+struct Control {
+    mode: Mode,
+    /// Connections numbered below this are stranded (see [`Proxy::strand`]).
+    stranded_before: u64,
+}
+
+/// One connection's view of the proxy's [`Control`]: a stranded connection sees a blackhole that
+/// never ends.
+#[derive(Clone)]
+struct View {
+    control: watch::Receiver<Control>,
+    /// The connection's number, in order of acceptance.
+    born: u64,
+    /// The proxy's count of chunks that may still pass under [`Mode::HoldAfter`].
+    requests: Arc<AtomicU32>,
+}
+
+/// The proxy's counters, shared with its tasks.
+struct Counts {
+    /// Connections accepted so far.
+    accepted: Arc<AtomicU64>,
+    /// Chunks from clients that may still pass under [`Mode::HoldAfter`].
+    requests: Arc<AtomicU32>,
+}
+
+/// Takes one from `left` unless it is 0; whether it did.
+fn take_one(left: &AtomicU32) -> bool {
+    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+impl View {
+    fn mode_of(&self, control: &Control) -> Mode {
+        if self.born < control.stranded_before {
+            Mode::Blackhole
+        } else {
+            control.mode
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        self.mode_of(&self.control.borrow())
+    }
+
+    fn mode_and_update(&mut self) -> Mode {
+        let control = *self.control.borrow_and_update();
+        self.mode_of(&control)
+    }
+
+    /// Waits until this connection's mode satisfies `done`, and returns it; `None` if the proxy
+    /// was dropped.
+    async fn wait_for(&mut self, done: impl Fn(Mode) -> bool) -> Option<Mode> {
+        loop {
+            let mode = self.mode_and_update();
+            if done(mode) {
+                return Some(mode);
+            }
+            self.control.changed().await.ok()?;
         }
     }
 }

@@ -15,7 +15,8 @@ use tempfile::TempDir;
 
 use crate::error::tail;
 use crate::port::free_port;
-use crate::{Error, redis_server_binary};
+use crate::tls::ServerFiles;
+use crate::{Error, Tls, redis_server_binary};
 
 /// How long a new process may take to answer `PING`.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -52,6 +53,8 @@ const OUTPUT_FILE: &str = "redis.out";
 /// 2 s timeout of a paused or killed node.
 pub struct Node {
     port: u16,
+    /// For a TLS node: its TLS port and the files it was started with.
+    tls: Option<(u16, ServerFiles)>,
     binary: PathBuf,
     dir: TempDir,
     /// Shared with the thread of a pending [`restart_after`](Node::restart_after).
@@ -89,6 +92,20 @@ pub struct RestartHandle {
     thread: JoinHandle<Result<bool, Error>>,
 }
 
+/// One client connection of a node, from `CLIENT LIST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientInfo {
+    /// The connection's unique id on this node.
+    pub id: u64,
+    /// How long the connection has been open (whole seconds).
+    pub age: Duration,
+    /// The last command it ran, lower case, with the subcommand after a `|` (`client|list`).
+    pub last_command: String,
+    /// The ACL user it authenticated as.
+    pub user: String,
+}
+
 /// Why one attempt to start a process failed.
 enum StartFailure {
     /// The process exited before it was ready, most often because another process took the port
@@ -99,20 +116,29 @@ enum StartFailure {
 }
 
 impl Node {
-    /// Starts a node on a free port and waits until it answers `PING`.
-    pub(crate) fn start() -> Result<Node, Error> {
+    /// Starts a node on a free port and waits until it answers `PING`; with `tls`, it also
+    /// serves TLS on a second port, with a server certificate signed by that CA.
+    pub(crate) fn start(tls: Option<&Tls>) -> Result<Node, Error> {
         let binary = redis_server_binary()?;
         let dir = tempfile::Builder::new()
             .prefix("testenv-redis-")
             .tempdir()
             .map_err(|e| Error::io("creating a temporary directory for redis-server", e))?;
+        let files = tls
+            .map(|tls| tls.write_server_files(dir.path()))
+            .transpose()?;
         let mut attempt = 1;
         loop {
             let port = free_port()?;
-            match spawn_ready(&binary, port, dir.path()) {
+            let tls = match &files {
+                Some(files) => Some((free_port()?, files.clone())),
+                None => None,
+            };
+            match spawn_ready(&binary, port, tls.as_ref(), dir.path()) {
                 Ok(child) => {
                     return Ok(Node {
                         port,
+                        tls,
                         binary,
                         dir,
                         shared: Arc::new(Shared {
@@ -138,8 +164,33 @@ impl Node {
     }
 
     /// The node's URL, `redis://127.0.0.1:PORT/`.
+    ///
+    /// A TLS node serves plain TCP on this port too, for testenv's own readiness probes and
+    /// inspection helpers; give the client under test [`tls_url`](Node::tls_url).
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TLS port on `127.0.0.1` of a node started by
+    /// [`Cluster::start_tls`](crate::Cluster::start_tls), `None` for a plain node. It never
+    /// changes, even across [`restart`](Node::restart).
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|(port, _)| *port)
+    }
+
+    /// The node's TLS URL, `rediss://127.0.0.1:PORT/`, with its TLS port.
+    ///
+    /// # Panics
+    ///
+    /// If the node was not started with TLS.
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port().unwrap_or_else(|| {
+            panic!(
+                "testenv: node on port {} was not started with TLS (see Cluster::start_tls)",
+                self.port
+            )
+        });
+        format!("rediss://127.0.0.1:{port}/")
     }
 
     /// The pid of the current process, or `None` if it is not running.
@@ -210,8 +261,14 @@ impl Node {
     pub fn restart(&self) {
         let mut state = self.lock();
         self.supersede(&mut state);
-        respawn(&mut state, &self.binary, self.port, self.dir.path())
-            .unwrap_or_else(|e| panic!("testenv: restarting node on port {}: {e}", self.port));
+        respawn(
+            &mut state,
+            &self.binary,
+            self.port,
+            self.tls.as_ref(),
+            self.dir.path(),
+        )
+        .unwrap_or_else(|e| panic!("testenv: restarting node on port {}: {e}", self.port));
     }
 
     /// Kills the process now, and starts a new one on the same port with empty data after `delay`,
@@ -252,6 +309,7 @@ impl Node {
         let due = Instant::now().checked_add(delay);
         let shared = Arc::clone(&self.shared);
         let (binary, port, dir) = (self.binary.clone(), self.port, self.dir.path().to_owned());
+        let tls = self.tls.clone();
         let thread = thread::Builder::new()
             .name(format!("testenv-restart-{port}"))
             .spawn(move || {
@@ -277,7 +335,7 @@ impl Node {
                     };
                 }
                 // Still under the lock that `Drop` takes before it kills the process.
-                let restarted = respawn(&mut state, &binary, port, &dir);
+                let restarted = respawn(&mut state, &binary, port, tls.as_ref(), &dir);
                 if let Err(e) = &restarted {
                     // Said here too, in case nobody waits on the handle.
                     eprintln!("testenv: delayed restart of node on port {port} failed: {e}");
@@ -397,6 +455,43 @@ impl Node {
         reply.1
     }
 
+    /// `ACL SETUSER user rule...`: creates the user or changes its rules, e.g.
+    /// `node.acl_setuser("app", &["on", ">secret", "~lock:*", "+set"])`.
+    ///
+    /// The default user (which testenv's helpers use) is never touched by tests that call this
+    /// for other users, so inspection keeps working.
+    pub fn acl_setuser(&self, user: &str, rules: &[&str]) {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(user).arg(rules);
+        self.query::<()>(&format!("ACL SETUSER {user}"), &cmd);
+    }
+
+    /// `ACL DELUSER user`: removes the user, and closes its connections.
+    pub fn acl_deluser(&self, user: &str) {
+        self.query::<i64>(
+            &format!("ACL DELUSER {user}"),
+            redis::cmd("ACL").arg("DELUSER").arg(user),
+        );
+    }
+
+    /// `CONFIG SET parameter value`, e.g. `node.config_set("maxclients", "10")`. A restart
+    /// forgets it.
+    pub fn config_set(&self, parameter: &str, value: &str) {
+        self.query::<()>(
+            &format!("CONFIG SET {parameter}"),
+            redis::cmd("CONFIG").arg("SET").arg(parameter).arg(value),
+        );
+    }
+
+    /// The node's client connections (`CLIENT LIST`), except the one that asks.
+    pub fn clients(&self) -> Vec<ClientInfo> {
+        let list: String = self.query("CLIENT LIST", redis::cmd("CLIENT").arg("LIST"));
+        parse_client_list(&list)
+            .into_iter()
+            .filter(|client| client.last_command != "client|list")
+            .collect()
+    }
+
     /// Runs one command on a new connection, panicking with `what` and the error on failure.
     fn query<T: redis::FromRedisValue>(&self, what: &str, cmd: &redis::Cmd) -> T {
         let mut con = self.connection();
@@ -508,11 +603,17 @@ impl fmt::Debug for Node {
 
 /// Kills the process if it runs, then starts a new one on the same port, retrying for a while if
 /// the port is briefly held by something else.
-fn respawn(state: &mut State, binary: &Path, port: u16, dir: &Path) -> Result<(), Error> {
+fn respawn(
+    state: &mut State,
+    binary: &Path,
+    port: u16,
+    tls: Option<&(u16, ServerFiles)>,
+    dir: &Path,
+) -> Result<(), Error> {
     state.stop_child();
     let deadline = Instant::now() + RESTART_WINDOW;
     loop {
-        match spawn_ready(binary, port, dir) {
+        match spawn_ready(binary, port, tls, dir) {
             Ok(child) => {
                 state.child = Some(child);
                 return Ok(());
@@ -525,8 +626,14 @@ fn respawn(state: &mut State, binary: &Path, port: u16, dir: &Path) -> Result<()
     }
 }
 
-/// Spawns `redis-server` on `port` and waits until it is ready.
-fn spawn_ready(binary: &Path, port: u16, dir: &Path) -> Result<Child, StartFailure> {
+/// Spawns `redis-server` on `port` (and with `tls`, TLS on a second port) and waits until it is
+/// ready.
+fn spawn_ready(
+    binary: &Path,
+    port: u16,
+    tls: Option<&(u16, ServerFiles)>,
+    dir: &Path,
+) -> Result<Child, StartFailure> {
     let log = dir.join(LOG_FILE);
     let output = File::options()
         .create(true)
@@ -536,9 +643,26 @@ fn spawn_ready(binary: &Path, port: u16, dir: &Path) -> Result<Child, StartFailu
     let output_err = output
         .try_clone()
         .map_err(|e| StartFailure::Fatal(Error::io("duplicating a file handle", e)))?;
-    let mut child = Command::new(binary)
-        .arg("--port")
-        .arg(port.to_string())
+    let mut command = Command::new(binary);
+    command.arg("--port").arg(port.to_string());
+    if let Some((tls_port, files)) = tls {
+        let auth_clients = if files.require_client_certs {
+            "yes"
+        } else {
+            "no"
+        };
+        command
+            .arg("--tls-port")
+            .arg(tls_port.to_string())
+            .arg("--tls-cert-file")
+            .arg(&files.cert)
+            .arg("--tls-key-file")
+            .arg(&files.key)
+            .arg("--tls-ca-cert-file")
+            .arg(&files.ca)
+            .args(["--tls-auth-clients", auth_clients]);
+    }
+    let mut child = command
         .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
         .args(["--save", "", "--appendonly", "no"])
         .arg("--dir")
@@ -632,6 +756,26 @@ fn probe(port: u16) -> io::Result<u32> {
     ))
 }
 
+/// Reads `CLIENT LIST` lines (`id=3 addr=... age=5 ... cmd=get user=default ...`).
+fn parse_client_list(list: &str) -> Vec<ClientInfo> {
+    list.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let field = |name: &str| {
+                line.split(' ')
+                    .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                    .unwrap_or_default()
+            };
+            ClientInfo {
+                id: field("id").parse().unwrap_or_default(),
+                age: Duration::from_secs(field("age").parse().unwrap_or_default()),
+                last_command: field("cmd").to_owned(),
+                user: field("user").to_owned(),
+            }
+        })
+        .collect()
+}
+
 /// Finds `process_id:N` in an `INFO` reply, once its line is complete.
 fn parse_process_id(info: &str) -> Option<u32> {
     let rest = &info[info.find("\r\nprocess_id:")? + "\r\nprocess_id:".len()..];
@@ -696,6 +840,19 @@ mod tests {
         let info =
             "+PONG\r\n$100\r\n# Server\r\nredis_version:7.0.0\r\nprocess_id:4242\r\nrun_id:x\r\n";
         assert_eq!(parse_process_id(info), Some(4242));
+    }
+
+    #[test]
+    fn reads_client_list_lines() {
+        let list = "id=3 addr=127.0.0.1:5 laddr=127.0.0.1:6 fd=8 name= age=12 idle=0 flags=N \
+                    cmd=evalsha user=app\nid=4 addr=x age=0 cmd=client|list user=default\n";
+        let clients = parse_client_list(list);
+        assert_eq!(clients.len(), 2);
+        assert_eq!(clients[0].id, 3);
+        assert_eq!(clients[0].age, Duration::from_secs(12));
+        assert_eq!(clients[0].last_command, "evalsha");
+        assert_eq!(clients[0].user, "app");
+        assert_eq!(clients[1].last_command, "client|list");
     }
 
     #[test]

@@ -467,3 +467,36 @@ async fn proxies_work_inside_a_current_thread_runtime() {
     drop(proxies);
     assert!(node.is_running());
 }
+
+#[test]
+fn strand_silences_current_connections_for_good_and_serves_new_ones() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+    let proxy = Proxy::start(node.port());
+    let mut old = connect(&proxy.url(), Duration::from_millis(200));
+    redis::cmd("SET").arg("k").arg("1").exec(&mut old).unwrap();
+
+    proxy.strand();
+    assert!(
+        redis::cmd("SET").arg("k").arg("2").exec(&mut old).is_err(),
+        "a stranded connection answers nothing"
+    );
+    let mut new = connect(&proxy.url(), Duration::from_secs(2));
+    assert_eq!(
+        ping(&mut new).unwrap(),
+        "PONG",
+        "a new connection is served"
+    );
+
+    // No mode brings the stranded connection back, or closes it: its request never arrives.
+    for mode in [Mode::Blackhole, Mode::Pass, Mode::Reset, Mode::Pass] {
+        proxy.set_mode(mode);
+    }
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(node.get("k").as_deref(), Some("1"));
+    assert_eq!(proxy.mode(), Mode::Pass);
+    let error = ping(&mut old).unwrap_err();
+    assert!(error.is_timeout(), "silence, not a reset: {error}");
+    let mut later = connect(&proxy.url(), Duration::from_secs(2));
+    assert_eq!(ping(&mut later).unwrap(), "PONG");
+}

@@ -1,0 +1,247 @@
+//! Least-privilege users: the README's `ACL SETUSER` rule, taken from the README itself, runs every
+//! feature; a user missing one permission gets per-node errors that name it, at once; a wrong
+//! password shows neither in errors nor in traces.
+
+mod support;
+
+use std::io;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use redmutex::{Error, KeepAliveEnd, Mutex, NodeErrorKind, Redlock};
+use support::holders;
+use testenv::Cluster;
+
+const README: &str = include_str!("../README.md");
+const USER: &str = "redmutex";
+const PASSWORD: &str = "acl-test-pw-7c1e";
+
+/// The rules of the README's `ACL SETUSER redmutex ...` line, with the test's password.
+fn readme_rule() -> Vec<String> {
+    let line = README
+        .lines()
+        .find(|line| line.starts_with("ACL SETUSER redmutex "))
+        .expect("the README gives the ACL rule");
+    let rules: Vec<String> = line
+        .split_whitespace()
+        .skip(3)
+        .map(|rule| rule.replace(">CHANGE-ME", &format!(">{PASSWORD}")))
+        .collect();
+    assert!(rules.contains(&format!(">{PASSWORD}")), "{line}");
+    rules
+}
+
+/// A cluster whose nodes have the user with `rules`, and a client that logs in as that user.
+async fn cluster_with(rules: &[String]) -> (Cluster, Redlock) {
+    let cluster = Cluster::start(3);
+    let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+    for node in cluster.nodes() {
+        node.acl_setuser(USER, &rules);
+    }
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| url.replace("redis://", &format!("redis://{USER}:{PASSWORD}@")))
+        .collect();
+    let redlock = Redlock::connect(urls).await.expect("URLs parse");
+    (cluster, redlock)
+}
+
+/// A 1 s node timeout; `lock()` would retry for seconds at its default 32 tries.
+fn mutex(redlock: &Redlock, name: &str) -> Mutex {
+    redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.05)
+}
+
+const NODE_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn the_readme_rule_runs_every_feature() {
+    let (cluster, redlock) = cluster_with(&readme_rule()).await;
+    let mutex = mutex(&redlock, "lock:acl-all");
+
+    let lock = mutex.lock().await.expect("lock");
+    assert_eq!(holders(&cluster, "lock:acl-all", lock.value()), [0, 1, 2]);
+    assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
+    lock.extend().await.expect("extend");
+    let keep = lock.keep_alive(Duration::from_millis(50)).max_extensions(2);
+    assert!(matches!(keep.ended().await, KeepAliveEnd::LimitReached));
+    lock.unlock().await.expect("unlock");
+    let lock = mutex.try_lock().await.expect("try_lock");
+    lock.unlock().await.expect("unlock");
+
+    let fenced = mutex.clone().with_fencing(true);
+    let first = fenced.lock().await.expect("fenced lock");
+    let token = first.token().expect("a token");
+    first.unlock().await.expect("unlock");
+    let second = fenced.lock().await.expect("fenced lock");
+    assert!(second.token() > Some(token));
+    second.unlock().await.expect("unlock");
+
+    // Wake-up on release: the waiter's retry delay is a minute, so only the notice wakes it.
+    let waking = mutex
+        .clone()
+        .with_wake_on_release(true)
+        .with_retry_delay(Duration::from_secs(60))
+        .with_tries(10);
+    let holder = waking.lock().await.expect("lock");
+    let waiter = {
+        let waking = waking.clone();
+        tokio::spawn(async move { waking.lock().await })
+    };
+    let channel = "redmutex:released:lock:acl-all";
+    support::eventually("the waiter subscribed", || {
+        cluster.nodes().iter().all(|n| n.subscribers(channel) == 1)
+    })
+    .await;
+    holder.unlock().await.expect("unlock publishes");
+    let next = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release")
+        .expect("task ran")
+        .expect("lock");
+    next.unlock().await.expect("unlock");
+
+    // Every connection of the client ran as the restricted user.
+    for node in cluster.nodes() {
+        for client in node.clients() {
+            assert_eq!(client.user, USER, "{client:?}");
+        }
+    }
+}
+
+/// The per-node errors of `result`, which must be `NoQuorum` over every node.
+fn refusals(result: Result<impl std::fmt::Debug, Error>) -> Vec<String> {
+    match result {
+        Err(Error::NoQuorum { failures, .. }) => {
+            assert_eq!(failures.len(), 3, "{failures:?}");
+            failures
+                .iter()
+                .map(|failure| {
+                    assert!(failure.kind.is_refusal(), "{failure}");
+                    failure.kind.to_string()
+                })
+                .collect()
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+}
+
+/// The README's rule without `permission`.
+fn rule_without(permission: &str) -> Vec<String> {
+    let rules = readme_rule();
+    assert!(rules.iter().any(|rule| rule == permission), "{permission}");
+    rules
+        .into_iter()
+        .filter(|rule| rule != permission)
+        .collect()
+}
+
+#[tokio::test]
+async fn without_set_lock_fails_at_once_naming_it() {
+    let (_cluster, redlock) = cluster_with(&rule_without("+set")).await;
+    let mutex = mutex(&redlock, "lock:acl-no-set");
+    let started = Instant::now();
+    let result = mutex.lock().await;
+    let elapsed = started.elapsed();
+    for message in refusals(result) {
+        assert!(message.contains("'set'"), "{message}");
+        assert!(!message.contains(PASSWORD));
+    }
+    // 32 tries with 50-250 ms between them would take seconds: one attempt was made.
+    assert!(elapsed < NODE_TIMEOUT, "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn without_a_command_that_the_scripts_run_unlock_fails_naming_it() {
+    for (permission, command) in [("+evalsha", "'evalsha'"), ("+del", "'DEL'")] {
+        let (cluster, redlock) = cluster_with(&rule_without(permission)).await;
+        let mutex = mutex(&redlock, "lock:acl-no-script");
+        let lock = mutex.lock().await.expect("SET is allowed");
+        let started = Instant::now();
+        let result = lock.unlock().await;
+        assert!(started.elapsed() < NODE_TIMEOUT);
+        for message in refusals(result) {
+            assert!(message.contains(command), "{permission}: {message}");
+        }
+        drop(cluster);
+    }
+}
+
+#[tokio::test]
+async fn without_the_channel_the_release_names_it() {
+    let channels = "&redmutex:released:lock:*";
+    let (_cluster, redlock) = cluster_with(&rule_without(channels)).await;
+    let mutex = mutex(&redlock, "lock:acl-no-channel").with_wake_on_release(true);
+    let lock = mutex.lock().await.expect("SET is allowed");
+    for message in refusals(lock.unlock().await) {
+        assert!(message.contains("channel"), "{message}");
+        assert!(message.contains("'PUBLISH'"), "{message}");
+    }
+}
+
+/// Collects everything a tracing subscriber writes.
+#[derive(Clone, Default)]
+struct Capture(Arc<StdMutex<Vec<u8>>>);
+
+impl io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_password_shows_nowhere() {
+    let (cluster, _) = cluster_with(&readme_rule()).await;
+    let wrong = "wr0ng-pa55word-e9d2";
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| url.replace("redis://", &format!("redis://{USER}:{wrong}@")))
+        .collect();
+
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer({
+            let capture = capture.clone();
+            move || capture.clone()
+        })
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let redlock = Redlock::connect(&urls).await.expect("URLs parse");
+    let mutex = mutex(&redlock, "lock:acl-wrong-password");
+    let started = Instant::now();
+    let error = mutex.lock().await.expect_err("the password is refused");
+    assert!(started.elapsed() < NODE_TIMEOUT, "refusals are not retried");
+    let Error::NoQuorum { failures, .. } = &error else {
+        panic!("expected NoQuorum, got {error:?}");
+    };
+    assert!(
+        failures
+            .iter()
+            .all(|f| matches!(f.kind, NodeErrorKind::Redis(_)) && f.kind.is_refusal()),
+        "{failures:?}"
+    );
+    for text in [
+        error.to_string(),
+        format!("{error:?}"),
+        format!("{redlock:?}"),
+    ] {
+        assert!(!text.contains(wrong), "{text}");
+    }
+    let traces = String::from_utf8_lossy(&capture.0.lock().expect("not poisoned")).into_owned();
+    assert!(traces.contains("node connection failed"), "{traces}");
+    assert!(!traces.contains(wrong), "{traces}");
+}
