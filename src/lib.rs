@@ -14,6 +14,7 @@ mod quorum;
 mod redact;
 mod redlock;
 mod scripts;
+mod semaphore;
 mod settings;
 mod target;
 mod value;
@@ -27,6 +28,7 @@ pub use lock::Lock;
 pub use mutex::Mutex;
 pub use node::NodeConnection;
 pub use redlock::Redlock;
+pub use semaphore::Semaphore;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.
 #[doc(hidden)]
@@ -35,6 +37,11 @@ pub mod internals {
 
     /// The compare-and-delete script, for the benchmark's raw floor to run the same Lua.
     pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE;
+
+    /// A semaphore's acquire script (keys: the name, then `<name>:permits`; arguments: the
+    /// value, the expiry in milliseconds, the permits), for tests that count its replies against
+    /// another quorum than the library's.
+    pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::scripts::SEMAPHORE_ACQUIRE;
 
     /// See `quorum::quorum`.
     pub fn quorum(nodes: usize) -> usize {

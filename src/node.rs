@@ -10,7 +10,8 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
 use crate::error::NodeErrorKind;
-use crate::scripts::{ACQUIRE_FENCED, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
+use crate::quorum::Tally;
+use crate::scripts;
 use crate::target::Target;
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
@@ -91,7 +92,7 @@ impl NodeConnection {
 
     /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
     pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
-        for script in [RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE] {
+        for script in scripts::ALL {
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
                 .await?
                 .extract_error()?;
@@ -176,9 +177,9 @@ impl Request {
         }
     }
 
-    /// How many of `nodes` nodes must agree on this request's outcome.
-    pub(crate) fn quorum(&self, nodes: usize) -> usize {
-        self.target.quorum(nodes)
+    /// An empty tally for this request's replies from `nodes` nodes (see `Target::tally`).
+    pub(crate) fn tally(&self, nodes: usize) -> Tally {
+        self.target.tally(nodes)
     }
 
     /// Whether the request belongs to a fenced acquisition, whose replies must say which nodes
@@ -271,16 +272,16 @@ fn describe(reply: &Value) -> String {
     text
 }
 
-/// Whether `name` exists on the node: `None` if the node did not say so within `timeout`.
-pub(crate) async fn exists(
+/// Whether `target` is in use on the node (see `Target::probe`): `None` if the node did not say
+/// so within `timeout`.
+pub(crate) async fn in_use(
     mut connection: NodeConnection,
-    name: &str,
+    target: &Target,
     timeout: Duration,
 ) -> Option<bool> {
-    let mut cmd = Cmd::with_capacity(2, 8 + name.len());
-    cmd.arg("EXISTS").arg(name);
+    let (cmd, from) = target.probe();
     match tokio::time::timeout(timeout, connection.send(&cmd)).await {
-        Ok(Ok(Value::Int(count))) => Some(count > 0),
+        Ok(Ok(Value::Int(count))) => Some(count >= from),
         _ => None,
     }
 }

@@ -1,8 +1,10 @@
-//! The Lua scripts that act on a key only while it holds our value.
+//! The Lua scripts that act on a key only while it holds our value, and the acquire scripts that
+//! a plain `SET NX` cannot replace.
 //!
-//! Each returns `1` when it acted on our value, `0` when the key is gone, and `-1` when it holds another
-//! owner's value, so the caller can tell an expired lock from a taken one. None of them ever creates a
-//! key: a lock that expired stays expired.
+//! Each extend or release returns `1` when it acted on our value, `0` when the key is gone, and `-1`
+//! when it holds another owner's value, so the caller can tell an expired lock from a taken one. None
+//! of them ever creates a key: a lock that expired stays expired. Acquire scripts return a number
+//! of 0 or more when they took the lock, and `-1` when it is held (see `node::Request::interpret`).
 
 use std::sync::LazyLock;
 
@@ -73,6 +75,97 @@ end
 return 1
 "#;
 
+/// The start of every semaphore script: `KEYS[1]` = the name, a sorted set of the holders' values
+/// scored by when each expires (milliseconds on this node's clock), `KEYS[2]` = the permit count
+/// the holders agreed on. Refuses a name that holds anything else (a `Mutex`'s lock is a string),
+/// and defines `now` and `keep()`, which gives both keys the expiry of the latest holder, so a
+/// semaphore nobody holds leaves nothing behind and its permit count may change.
+///
+/// Time is the node's own (`TIME`): an entry expires on the clock of the node that holds it, as
+/// a key with a TTL does. Redis 7 replicates a script's effects, so `TIME` is allowed in one.
+macro_rules! semaphore_prelude {
+    () => {
+        r#"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'zset' and kind ~= 'none' then
+  return redis.error_reply('REDMUTEX semaphore "' .. KEYS[1] .. '": the key holds a ' .. kind ..
+    ', not the holders of a semaphore (does a Mutex use this name?)')
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local function keep()
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIREAT', KEYS[1], last[2])
+    redis.call('PEXPIREAT', KEYS[2], last[2])
+  else
+    redis.call('DEL', KEYS[2])
+  end
+end
+"#
+    };
+}
+
+/// Takes a permit: `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds, `ARGV[3]` = permits.
+/// Sweeps the expired holders, then admits the value only if fewer than `permits` remain.
+/// Returns 0 when admitted (the value already there is admitted again, its expiry renewed), -1
+/// when the node is full, and an error naming both counts when the live holders were admitted
+/// under another permit count: two counts on one node would admit different numbers of holders.
+pub(crate) const SEMAPHORE_ACQUIRE: &str = concat!(
+    semaphore_prelude!(),
+    r#"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1])
+if held > 0 then
+  local permits = redis.call('GET', KEYS[2])
+  if permits and permits ~= ARGV[3] then
+    return redis.error_reply('REDMUTEX semaphore "' .. KEYS[1] .. '" is held with ' .. permits ..
+      ' permits on this node, asked with ' .. ARGV[3] ..
+      ' (all holders must agree; the count can change once nobody holds it)')
+  end
+end
+if held >= tonumber(ARGV[3]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return -1
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('SET', KEYS[2], ARGV[3])
+keep()
+return 0
+"#
+);
+
+/// Renews our permit's expiry, only while it is live: `ARGV[1]` = value, `ARGV[2]` = expiry in
+/// milliseconds. Returns 1, or 0 when the value holds no live permit here (never re-creates one).
+pub(crate) const SEMAPHORE_EXTEND: &str = concat!(
+    semaphore_prelude!(),
+    r#"
+local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expires or tonumber(expires) <= now then return 0 end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+keep()
+return 1
+"#
+);
+
+/// Gives our permit back: `ARGV[1]` = value, `ARGV[2]` = `1` to publish a release notice (as
+/// [`RELEASE_NOTIFY`] does, on the same channel). Returns 1, or 0 when the value held no live
+/// permit here (an entry past its expiry is removed, but was no longer ours to give back).
+pub(crate) const SEMAPHORE_RELEASE: &str = concat!(
+    semaphore_prelude!(),
+    r#"
+local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expires then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+keep()
+if tonumber(expires) <= now then return 0 end
+if ARGV[2] == '1' then
+  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+end
+return 1
+"#
+);
+
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
 pub(crate) struct Digests {
     pub release: String,
@@ -80,6 +173,9 @@ pub(crate) struct Digests {
     pub extend: String,
     pub acquire_fenced: String,
     pub raise: String,
+    pub semaphore_acquire: String,
+    pub semaphore_extend: String,
+    pub semaphore_release: String,
 }
 
 pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
@@ -88,7 +184,22 @@ pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
     extend: redis::Script::new(EXTEND).get_hash().to_owned(),
     acquire_fenced: redis::Script::new(ACQUIRE_FENCED).get_hash().to_owned(),
     raise: redis::Script::new(RAISE).get_hash().to_owned(),
+    semaphore_acquire: redis::Script::new(SEMAPHORE_ACQUIRE).get_hash().to_owned(),
+    semaphore_extend: redis::Script::new(SEMAPHORE_EXTEND).get_hash().to_owned(),
+    semaphore_release: redis::Script::new(SEMAPHORE_RELEASE).get_hash().to_owned(),
 });
+
+/// Every script, for loading them into a node's cache.
+pub(crate) const ALL: [&str; 8] = [
+    RELEASE,
+    RELEASE_NOTIFY,
+    EXTEND,
+    ACQUIRE_FENCED,
+    RAISE,
+    SEMAPHORE_ACQUIRE,
+    SEMAPHORE_EXTEND,
+    SEMAPHORE_RELEASE,
+];
 
 #[cfg(test)]
 mod tests {
@@ -102,6 +213,9 @@ mod tests {
             &DIGESTS.extend,
             &DIGESTS.acquire_fenced,
             &DIGESTS.raise,
+            &DIGESTS.semaphore_acquire,
+            &DIGESTS.semaphore_extend,
+            &DIGESTS.semaphore_release,
         ] {
             assert_eq!(digest.len(), 40);
             assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -111,6 +225,8 @@ mod tests {
 
     #[test]
     fn notices_go_to_the_channel_listeners_subscribe_to() {
-        assert!(RELEASE_NOTIFY.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[1]")));
+        for script in [RELEASE_NOTIFY, SEMAPHORE_RELEASE] {
+            assert!(script.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[1]")));
+        }
     }
 }

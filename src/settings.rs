@@ -101,6 +101,12 @@ impl Settings {
     /// Checks every rule, so that nothing invalid ever reaches a node.
     pub(crate) fn plan(&self, target: &Target) -> Result<Plan, Error> {
         target.check()?;
+        if self.fencing && !target.fences() {
+            return Err(Error::config(
+                "fencing",
+                "a semaphore hands out no fencing tokens (its holders hold side by side)",
+            ));
+        }
         if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
             return Err(Error::config(
                 "expiry",
@@ -219,6 +225,23 @@ mod tests {
             };
             assert_eq!(field(s.plan(&target("n"))), "timeout_factor", "{bad}");
         }
+    }
+
+    #[test]
+    fn fencing_is_refused_where_tokens_mean_nothing() {
+        let fenced = Settings {
+            fencing: true,
+            ..Settings::default()
+        };
+        assert!(fenced.plan(&target("n")).is_ok());
+        assert_eq!(
+            field(fenced.plan(&Target::permits("n".into(), 2))),
+            "fencing"
+        );
+        assert_eq!(
+            field(Settings::default().plan(&Target::permits("n".into(), 0))),
+            "permits"
+        );
     }
 
     #[test]
