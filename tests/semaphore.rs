@@ -85,6 +85,40 @@ async fn p_permits_are_held_together_and_the_next_is_taken_until_one_is_back() {
     }
 }
 
+/// 5 nodes, 2 permits: a holder needs 4. Two holders that each missed a different node fill only
+/// the 3 nodes they share, yet leave a newcomer 2 free nodes, too few: that is `Taken`, not a
+/// failure of the nodes.
+#[tokio::test]
+async fn a_full_semaphore_is_taken_though_its_holders_fill_only_some_nodes() {
+    const UNREACHABLE: &str = "redis://127.0.0.1:1/";
+    let cluster = Cluster::start(5);
+    let urls = cluster.urls();
+    let missing = |node: usize| {
+        let mut urls = urls.clone();
+        urls[node] = UNREACHABLE.to_owned();
+        urls
+    };
+    let name = "semaphore:spread";
+    let mut held = Vec::new();
+    for node in [0, 4] {
+        let redlock = Redlock::connect(missing(node)).await.expect("URLs parse");
+        let semaphore = quick_semaphore(&redlock, name, 2);
+        held.push(semaphore.acquire().await.expect("4 of 5 nodes admit it"));
+    }
+    assert_eq!(entries(&cluster, name), [1, 2, 2, 2, 1]);
+
+    let redlock = client(&cluster).await;
+    match quick_semaphore(&redlock, name, 2).try_acquire().await {
+        Err(Error::Taken { nodes }) => assert_eq!(nodes, [1, 2, 3]),
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    // Its admissions on nodes 0 and 4 were given back.
+    assert_eq!(entries(&cluster, name), [1, 2, 2, 2, 1]);
+    for lock in held {
+        lock.unlock().await.expect("unlock");
+    }
+}
+
 #[tokio::test]
 async fn both_keys_live_as_long_as_the_latest_holder_and_no_longer() {
     let cluster = Cluster::start(3);
