@@ -38,9 +38,9 @@ pub mod internals {
     /// The compare-and-delete script, for the benchmark's raw floor to run the same Lua.
     pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE;
 
-    /// A semaphore's acquire script (keys: the name, then `<name>:permits`; arguments: the
-    /// value, the expiry in milliseconds, the permits), for tests that count its replies against
-    /// another quorum than the library's.
+    /// A semaphore's acquire script (key: the name; arguments: the value, the expiry in
+    /// milliseconds, the permits), for tests that count its replies against another quorum than
+    /// the library's.
     pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::scripts::SEMAPHORE_ACQUIRE;
 
     /// See `quorum::quorum`.

@@ -75,61 +75,83 @@ end
 return 1
 "#;
 
-/// The start of every semaphore script: `KEYS[1]` = the name, a sorted set of the holders' values
-/// scored by when each expires (milliseconds on this node's clock), `KEYS[2]` = the permit count
-/// the holders agreed on. Refuses a name that holds anything else (a `Mutex`'s lock is a string),
-/// and defines `now` and `keep()`, which gives both keys the expiry of the latest holder, so a
-/// semaphore nobody holds leaves nothing behind and its permit count may change.
+/// The start of every semaphore script. `KEYS[1]` = the name: a sorted set of the holders'
+/// values, each scored by when it expires (milliseconds on this node's clock), and one more
+/// member, the empty string (never a lock value), scored by minus the permit count the holders
+/// agreed on. One key holds both, so the count lives and goes exactly as long as the holders do.
+/// Defines `refused(reply)`, which turns the error of the first command on the name into one that
+/// says what the name holds instead (a `Mutex`'s lock is a string), and `clock()`.
 ///
-/// Time is the node's own (`TIME`): an entry expires on the clock of the node that holds it, as
-/// a key with a TTL does. Redis 7 replicates a script's effects, so `TIME` is allowed in one.
+/// Time is the node's own (`TIME`): an entry expires on the clock of the node that holds it, as a
+/// key with a TTL does. Redis 7 replicates a script's effects, so `TIME` is allowed in one.
+///
+/// The key expires no earlier than its latest holder: its expiry is set with the first holder
+/// and only ever moved outwards (`PEXPIREAT ... GT`, Redis 7.0). Were the name to expire first,
+/// the node would forget live holders. The last holder to give its permit back deletes it, so a
+/// semaphore nobody holds leaves nothing behind; one whose holders expired is gone by the latest
+/// expiry. Scripts run on every acquire and release, so each sends as few commands as it can:
+/// expired holders are swept only when they could matter (a full node, or another count).
 macro_rules! semaphore_prelude {
     () => {
         r#"
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'zset' and kind ~= 'none' then
+local function refused(reply)
+  if type(reply) ~= 'table' or not reply['err'] then return nil end
+  local kind = redis.call('TYPE', KEYS[1])['ok']
+  if kind == 'zset' then return reply end
   return redis.error_reply('REDMUTEX semaphore "' .. KEYS[1] .. '": the key holds a ' .. kind ..
     ', not the holders of a semaphore (does a Mutex use this name?)')
 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local function keep()
-  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if last[2] then
-    redis.call('PEXPIREAT', KEYS[1], last[2])
-    redis.call('PEXPIREAT', KEYS[2], last[2])
-  else
-    redis.call('DEL', KEYS[2])
-  end
+local function clock()
+  local time = redis.call('TIME')
+  return time[1] * 1000 + math.floor(time[2] / 1000)
 end
 "#
     };
 }
 
 /// Takes a permit: `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds, `ARGV[3]` = permits.
-/// Sweeps the expired holders, then admits the value only if fewer than `permits` remain.
-/// Returns 0 when admitted (the value already there is admitted again, its expiry renewed), -1
-/// when the node is full, and an error naming both counts when the live holders were admitted
-/// under another permit count: two counts on one node would admit different numbers of holders.
+/// Admits the value only if fewer than `permits` live holders remain (expired ones are swept
+/// first). Returns 0 when admitted (the value already there is admitted again, its expiry
+/// renewed), -1 when the node is full, and an error naming both counts when live holders were
+/// admitted under another permit count: two counts on one node would admit different numbers.
 pub(crate) const SEMAPHORE_ACQUIRE: &str = concat!(
     semaphore_prelude!(),
     r#"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local held = redis.call('ZCARD', KEYS[1])
-if held > 0 then
-  local permits = redis.call('GET', KEYS[2])
-  if permits and permits ~= ARGV[3] then
-    return redis.error_reply('REDMUTEX semaphore "' .. KEYS[1] .. '" is held with ' .. permits ..
-      ' permits on this node, asked with ' .. ARGV[3] ..
-      ' (all holders must agree; the count can change once nobody holds it)')
-  end
+local members = redis.pcall('ZCARD', KEYS[1])
+local refusal = refused(members)
+if refusal then return refusal end
+local now = clock()
+local expires = now + ARGV[2]
+local permits = tonumber(ARGV[3])
+if members == 0 then
+  redis.call('ZADD', KEYS[1], -permits, '', expires, ARGV[1])
+  redis.call('PEXPIREAT', KEYS[1], expires)
+  return 0
 end
-if held >= tonumber(ARGV[3]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+local agreed = redis.call('ZSCORE', KEYS[1], '')
+local held = members
+if agreed then
+  agreed = -tonumber(agreed)
+  held = members - 1
+end
+local other = agreed and agreed ~= permits
+if other or held >= permits then
+  held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
+end
+if other and held > 0 then
+  return redis.error_reply('REDMUTEX semaphore "' .. KEYS[1] .. '" is held with ' .. agreed ..
+    ' permits on this node, asked with ' .. permits ..
+    ' (all holders must agree; the count can change once nobody holds it)')
+end
+if held >= permits and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return -1
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('SET', KEYS[2], ARGV[3])
-keep()
+if agreed == permits then
+  redis.call('ZADD', KEYS[1], expires, ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], -permits, '', expires, ARGV[1])
+end
+redis.call('PEXPIREAT', KEYS[1], expires, 'GT')
 return 0
 "#
 );
@@ -139,26 +161,36 @@ return 0
 pub(crate) const SEMAPHORE_EXTEND: &str = concat!(
     semaphore_prelude!(),
     r#"
-local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not expires or tonumber(expires) <= now then return 0 end
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-keep()
+local expires = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+local refusal = refused(expires)
+if refusal then return refusal end
+if not expires then return 0 end
+local now = clock()
+if tonumber(expires) <= now then return 0 end
+local renewed = now + ARGV[2]
+redis.call('ZADD', KEYS[1], 'XX', renewed, ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], renewed, 'GT')
 return 1
 "#
 );
 
 /// Gives our permit back: `ARGV[1]` = value, `ARGV[2]` = `1` to publish a release notice (as
 /// [`RELEASE_NOTIFY`] does, on the same channel). Returns 1, or 0 when the value held no live
-/// permit here (an entry past its expiry is removed, but was no longer ours to give back).
+/// permit here (an entry past its expiry is removed, but was no longer ours to give back). The
+/// last holder deletes the name, permit count and all.
 pub(crate) const SEMAPHORE_RELEASE: &str = concat!(
     semaphore_prelude!(),
     r#"
-local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local expires = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+local refusal = refused(expires)
+if refusal then return refusal end
 if not expires then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-keep()
-if tonumber(expires) <= now then return 0 end
+if redis.call('ZCOUNT', KEYS[1], 0, '+inf') == 1 then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+if tonumber(expires) <= clock() then return 0 end
 if ARGV[2] == '1' then
   redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
 end

@@ -31,9 +31,10 @@ use crate::target::Target;
 /// permit, 1 for 2 or 3 permits, none from 4 permits on). The README's "Semaphore" section gives
 /// the proof, its assumptions and the costs.
 ///
-/// On every node the key `name` holds the holders (a sorted set of lock values, each scored by
-/// when it expires on that node's clock) and `<name>:permits` the permit count; both expire with
-/// the last holder. Every `Semaphore` of a name must use the same number of permits: a node
+/// On every node the key `name` is a sorted set of the holders' lock values, each scored by when
+/// it expires on that node's clock, and of the permit count (the member `""`, scored by minus the
+/// count). It expires no earlier than its latest holder, and the last holder to give its permit
+/// back deletes it. Semaphores need Redis 7.0 or later on every node. Every `Semaphore` of a name must use the same number of permits: a node
 /// holding permits taken with another count refuses, with an error naming both counts, until
 /// nobody holds it. A name is either a mutex's or a semaphore's: a [`Mutex`] finds a name held
 /// by a semaphore taken ([`Error::Taken`]), and a semaphore is refused on a name a mutex holds,

@@ -33,7 +33,7 @@ pub(crate) enum Kind {
     /// One name whose key holds the lock value: [`Mutex`](crate::Mutex).
     Name,
     /// A counting semaphore over one name: [`Semaphore`](crate::Semaphore). The key `name` holds
-    /// the holders (see `scripts::SEMAPHORE_ACQUIRE`), [`permits_key`] the count they agreed on.
+    /// the holders and the count they agreed on (see `scripts::SEMAPHORE_ACQUIRE`).
     Permits { permits: u32 },
 }
 
@@ -122,9 +122,10 @@ impl Target {
                 cmd.arg("EXISTS").arg(&**name);
                 (cmd, 1)
             }
+            // Holders are scored by their expiry; the permit count's member is negative.
             Kind::Permits { permits } => {
-                let mut cmd = Cmd::with_capacity(2, 8 + name.len());
-                cmd.arg("ZCARD").arg(&**name);
+                let mut cmd = Cmd::with_capacity(4, 16 + name.len());
+                cmd.arg("ZCOUNT").arg(&**name).arg(0).arg("+inf");
                 (cmd, i64::from(permits))
             }
         }
@@ -228,11 +229,6 @@ pub(crate) fn counter_key(name: &str) -> String {
     format!("{name}:fence")
 }
 
-/// The key of a semaphore's permit count: beside its holders, expiring with the last of them.
-pub(crate) fn permits_key(name: &str) -> String {
-    format!("{name}:permits")
-}
-
 /// How a script travels.
 #[derive(Debug, Clone, Copy)]
 enum Verb {
@@ -281,19 +277,13 @@ fn fenced_cmd(script: &str, verb: Verb, name: &str, value: &str, number: u64) ->
     cmd
 }
 
-/// A semaphore script over its holders and its permit count, with the value and number arguments.
+/// A semaphore script over its one key, with the value and number arguments.
 fn semaphore_cmd(script: &str, verb: Verb, name: &str, value: &str, numbers: &[u64]) -> Cmd {
-    let permits = permits_key(name);
     let mut cmd = Cmd::with_capacity(
-        5 + numbers.len(),
-        64 + script.len() + 2 * name.len() + value.len(),
+        4 + numbers.len(),
+        48 + script.len() + name.len() + value.len(),
     );
-    cmd.arg(verb.word())
-        .arg(script)
-        .arg(2)
-        .arg(name)
-        .arg(permits)
-        .arg(value);
+    cmd.arg(verb.word()).arg(script).arg(1).arg(name).arg(value);
     for &number in numbers {
         cmd.arg(number);
     }
@@ -334,7 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn semaphore_scripts_take_both_keys_and_their_numbers() {
+    fn semaphore_scripts_take_the_name_and_their_numbers() {
         let target = Target::permits("jobs".into(), 3);
         let acquire = target.command(Op::Acquire, Delivery::ByDigest, "v", 2000);
         assert_eq!(
@@ -342,9 +332,8 @@ mod tests {
             [
                 "EVALSHA",
                 &DIGESTS.semaphore_acquire,
-                "2",
+                "1",
                 "jobs",
-                "jobs:permits",
                 "v",
                 "2000",
                 "3"
@@ -353,17 +342,11 @@ mod tests {
         let extend = target.command(Op::Extend, Delivery::Inline, "v", 2000);
         assert_eq!(words(&extend)[0], "EVAL");
         assert_eq!(words(&extend)[1], SEMAPHORE_EXTEND);
-        assert_eq!(
-            words(&extend)[2..],
-            ["2", "jobs", "jobs:permits", "v", "2000"]
-        );
+        assert_eq!(words(&extend)[2..], ["1", "jobs", "v", "2000"]);
         for (notify, flag) in [(false, "0"), (true, "1")] {
             let release = target.command(Op::Release { notify }, Delivery::ByDigest, "v", 9);
             assert_eq!(words(&release)[1], DIGESTS.semaphore_release);
-            assert_eq!(
-                words(&release)[2..],
-                ["2", "jobs", "jobs:permits", "v", flag]
-            );
+            assert_eq!(words(&release)[2..], ["1", "jobs", "v", flag]);
         }
         assert!(target.is_script(Op::Acquire));
     }

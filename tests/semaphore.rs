@@ -19,32 +19,41 @@ fn quick_semaphore(redlock: &Redlock, name: &str, permits: u32) -> Semaphore {
         .with_tries(3)
 }
 
-/// How many holders each running node lists for `name` (expired ones included until swept).
+/// How many holders each node lists for `name` (expired ones included until swept). Holders are
+/// scored by their expiry; the permit count's member (the empty string) by minus the count.
 fn entries(cluster: &Cluster, name: &str) -> Vec<i64> {
     cluster
         .nodes()
         .iter()
         .map(|node| {
-            redis::cmd("ZCARD")
+            redis::cmd("ZCOUNT")
                 .arg(name)
+                .arg(0)
+                .arg("+inf")
                 .query(&mut node.connection())
-                .expect("ZCARD")
+                .expect("ZCOUNT")
         })
         .collect()
 }
 
 /// The values listed as holders of `name` on node `i`.
 fn listed(cluster: &Cluster, i: usize, name: &str) -> Vec<String> {
-    redis::cmd("ZRANGE")
+    redis::cmd("ZRANGEBYSCORE")
         .arg(name)
         .arg(0)
-        .arg(-1)
+        .arg("+inf")
         .query(&mut cluster.node(i).connection())
-        .expect("ZRANGE")
+        .expect("ZRANGEBYSCORE")
 }
 
-fn permits_key(name: &str) -> String {
-    format!("{name}:permits")
+/// The permit count node `i` keeps for `name`.
+fn agreed(cluster: &Cluster, i: usize, name: &str) -> Option<i64> {
+    let score: Option<i64> = redis::cmd("ZSCORE")
+        .arg(name)
+        .arg("")
+        .query(&mut cluster.node(i).connection())
+        .expect("ZSCORE");
+    score.map(|score| -score)
 }
 
 #[tokio::test]
@@ -120,44 +129,72 @@ async fn a_full_semaphore_is_taken_though_its_holders_fill_only_some_nodes() {
 }
 
 #[tokio::test]
-async fn both_keys_live_as_long_as_the_latest_holder_and_no_longer() {
+async fn the_name_outlives_its_latest_holder_and_goes_with_the_last() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
-    let name = "semaphore:keys";
+    let name = "semaphore:key";
     let short = quick_semaphore(&redlock, name, 2);
     let long = short.clone().with_expiry(Duration::from_secs(20));
 
-    // Both keys expire when the holder that expires last does (its score), to the millisecond.
-    let expiries_follow = |latest: &str| {
-        for node in cluster.nodes() {
-            let mut con = node.connection();
-            let score: i64 = redis::cmd("ZSCORE")
-                .arg(name)
-                .arg(latest)
-                .query(&mut con)
-                .expect("ZSCORE");
-            for key in [name.to_owned(), permits_key(name)] {
-                let at: i64 = redis::cmd("PEXPIRETIME")
-                    .arg(&key)
-                    .query(&mut con)
-                    .expect("PEXPIRETIME");
-                assert_eq!(at, score, "{key}");
-            }
-            assert_eq!(node.get(&permits_key(name)).as_deref(), Some("2"));
-        }
+    // The name expires when its latest holder does (its score), or later; never earlier.
+    let expiry_and_scores = |i: usize| {
+        let mut con = cluster.node(i).connection();
+        let at: i64 = redis::cmd("PEXPIRETIME")
+            .arg(name)
+            .query(&mut con)
+            .expect("PEXPIRETIME");
+        let scores: Vec<(String, i64)> = redis::cmd("ZRANGEBYSCORE")
+            .arg(name)
+            .arg(0)
+            .arg("+inf")
+            .arg("WITHSCORES")
+            .query(&mut con)
+            .expect("ZRANGEBYSCORE");
+        (at, scores)
     };
     let brief = short.acquire().await.expect("first permit");
-    expiries_follow(brief.value());
-    // A later holder moves both expiries out to its own; giving it back brings them back in.
+    for i in 0..cluster.len() {
+        let (at, scores) = expiry_and_scores(i);
+        assert_eq!(scores.len(), 1);
+        assert_eq!(at, scores[0].1, "set with the first holder");
+        assert_eq!(agreed(&cluster, i, name), Some(2));
+    }
     let lasting = long.acquire().await.expect("second permit");
-    expiries_follow(lasting.value());
+    let lasting_until = |i: usize| {
+        let (at, scores) = expiry_and_scores(i);
+        let score = scores
+            .iter()
+            .find(|(v, _)| v == lasting.value())
+            .expect("held");
+        assert_eq!(at, score.1, "moved out to the later holder");
+        at
+    };
+    let until: Vec<i64> = (0..cluster.len()).map(lasting_until).collect();
     lasting.unlock().await.expect("unlock");
-    expiries_follow(brief.value());
-    // Nobody holds it: nothing is left behind.
+    for (i, &until) in until.iter().enumerate() {
+        let (at, scores) = expiry_and_scores(i);
+        assert_eq!(scores.len(), 1);
+        assert!(at >= scores[0].1, "never before a live holder");
+        assert_eq!(at, until, "only ever moved outwards");
+    }
+    // The last holder gives its permit back: nothing is left behind.
     brief.unlock().await.expect("unlock");
     for node in cluster.nodes() {
         assert_eq!(node.dbsize(), 0);
     }
+
+    // Holders that never give their permits back: the name goes with the latest expiry.
+    let crashed = short
+        .clone()
+        .with_expiry(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect("permit");
+    std::mem::forget(crashed);
+    within(Duration::from_secs(2), "the name expired", || {
+        cluster.nodes().iter().all(|node| node.dbsize() == 0)
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -304,10 +341,43 @@ async fn a_permit_count_other_than_the_holders_is_refused_naming_both() {
         .acquire()
         .await
         .expect("an empty semaphore takes any count");
-    for node in cluster.nodes() {
-        assert_eq!(node.get(&permits_key(name)).as_deref(), Some("3"));
+    for i in 0..cluster.len() {
+        assert_eq!(agreed(&cluster, i, name), Some(3));
     }
     now_three.unlock().await.expect("unlock");
+
+    // Holders that expired without giving their permits back stay listed until a script sweeps
+    // them, but hold no count: it changes as soon as no live holder is left.
+    let lasting = three
+        .clone()
+        .with_expiry(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("permit");
+    let crashed = three
+        .clone()
+        .with_expiry(Duration::from_millis(200))
+        .acquire()
+        .await
+        .expect("permit");
+    let crashed_until = crashed.valid_until();
+    std::mem::forget(crashed);
+    lasting.unlock().await.expect("unlock");
+    assert_eq!(
+        entries(&cluster, name),
+        [1; 3],
+        "the crashed holder is still listed"
+    );
+    tokio::time::sleep(
+        crashed_until.saturating_duration_since(Instant::now()) + Duration::from_millis(100),
+    )
+    .await;
+    let two_again = two.try_acquire().await.expect("no live holder is left");
+    assert_eq!(entries(&cluster, name), [1; 3], "swept, and one admitted");
+    for i in 0..cluster.len() {
+        assert_eq!(agreed(&cluster, i, name), Some(2));
+    }
+    two_again.unlock().await.expect("unlock");
 }
 
 #[tokio::test]
