@@ -18,6 +18,10 @@
 //! - **redmutex default** (`with_retry_delay` set for the contended workload only) and
 //!   **redmutex fail-fast** (`with_fail_fast(true)`), and **redmutex fencing** (default options
 //!   with `with_fencing(true)`: one more round trip per acquisition).
+//! - **redmutex semaphore**: a `Semaphore` of 3 permits (quorum 4 of 5) with default options,
+//!   `acquire()` and `unlock()`, its ratios taken against **redmutex default** (the `Mutex`'s
+//!   `lock()`). Uncontended workloads only: on one shared name 3 holders at once are its point,
+//!   and the contended workload counts them as violations.
 //! - **rslock** (crates.io), built as `peers/rslock-bench` and run as a subprocess against the same
 //!   nodes with the same harness (`benches/support/harness.rs`).
 //!
@@ -85,24 +89,32 @@ enum Who {
     RedmutexFailFast,
     /// Default options plus `with_fencing(true)`: the cost of the raise round.
     RedmutexFencing,
+    /// A `Semaphore` of [`SEMAPHORE_PERMITS`] permits with default options.
+    RedmutexSemaphore,
     Rslock,
 }
 
+/// Permits of the semaphore contender: its quorum is 4 of the 5 nodes.
+const SEMAPHORE_PERMITS: u32 = 3;
+
 impl Who {
     /// Table order.
-    const ALL: [Who; 6] = [
+    const ALL: [Who; 7] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
         Who::RedmutexFailFast,
         Who::RedmutexFencing,
+        Who::RedmutexSemaphore,
         Who::Rslock,
     ];
 
-    /// Run order before rotation: each library next to its floor.
-    const RUN: [Who; 6] = [
+    /// Run order before rotation: each library next to its floor, the semaphore next to the
+    /// mutex it is compared with.
+    const RUN: [Who; 7] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
+        Who::RedmutexSemaphore,
         Who::RedmutexFencing,
         Who::FloorQuorum,
         Who::RedmutexFailFast,
@@ -116,8 +128,14 @@ impl Who {
             Who::RedmutexDefault => "redmutex default",
             Who::RedmutexFailFast => "redmutex fail-fast",
             Who::RedmutexFencing => "redmutex fencing",
+            Who::RedmutexSemaphore => "redmutex semaphore",
             Who::Rslock => "rslock 0.10.0",
         }
+    }
+
+    /// Whether the contender runs `workload` (see the module doc for the semaphore's).
+    fn runs(self, workload: Workload) -> bool {
+        self != Who::RedmutexSemaphore || !workload.contended()
     }
 
     /// The floor each contender's ratios are taken against.
@@ -128,6 +146,7 @@ impl Who {
                 Some(Who::FloorWaitAll)
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
+            Who::RedmutexSemaphore => Some(Who::RedmutexDefault),
         }
     }
 }
@@ -225,7 +244,11 @@ fn main() -> ExitCode {
 
     let mut rows = Vec::new();
     let mut rounds_of = Vec::new();
-    let total = Flavor::ALL.len() * Workload::ALL.len() * Who::RUN.len();
+    let total = Flavor::ALL.len()
+        * Workload::ALL
+            .iter()
+            .map(|&w| Who::RUN.iter().filter(|who| who.runs(w)).count())
+            .sum::<usize>();
     let rounds = config.rounds as usize;
     let round_timing = Timing {
         measure: config.timing.measure / config.rounds,
@@ -240,7 +263,7 @@ fn main() -> ExitCode {
             for i in 0..Who::RUN.len() {
                 let who = Who::RUN[(i + shift) % Who::RUN.len()];
                 let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
-                if config.selects(&label) {
+                if config.selects(&label) && who.runs(workload) {
                     seq += 1;
                     group.push((who, seq, Vec::with_capacity(rounds)));
                 }
@@ -397,6 +420,18 @@ fn run_contender(
                     .collect())
             })
         }
+        Who::RedmutexSemaphore => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| RedmutexSemaphore {
+                        semaphore: redlock.new_semaphore(name, SEMAPHORE_PERMITS),
+                        held: None,
+                    })
+                    .collect())
+            })
+        }
         Who::Rslock => match rslock {
             Ok(binary) => run_rslock(binary, flavor, workload, timing, &urls, prefix),
             Err(error) => Row::failed(
@@ -430,6 +465,32 @@ impl Contender for Redmutex {
     async fn unlock(&mut self) -> bool {
         match self.held.take() {
             Some(lock) => lock.unlock().await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// One task's semaphore client: a `Semaphore` made once, the permit it holds between `lock` and
+/// `unlock`.
+struct RedmutexSemaphore {
+    semaphore: redmutex::Semaphore,
+    held: Option<Lock>,
+}
+
+impl Contender for RedmutexSemaphore {
+    async fn lock(&mut self) -> bool {
+        match self.semaphore.acquire().await {
+            Ok(permit) => {
+                self.held = Some(permit);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn unlock(&mut self) -> bool {
+        match self.held.take() {
+            Some(permit) => permit.unlock().await.is_ok(),
             None => false,
         }
     }
@@ -1143,6 +1204,20 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
                 ratio(value)
             ));
         }
+        let semaphore = find(Who::RedmutexSemaphore, rt, u1);
+        let spread = semaphore
+            .and_then(|r| r.round_ratios)
+            .map_or_else(String::new, |r| {
+                format!(
+                    "; rounds: median {:.2}, {:.2}-{:.2}",
+                    r.p50.median, r.p50.min, r.p50.max
+                )
+            });
+        line.push_str(&format!(
+            "\n    {:<30} {:>5} (goal <= 1.15{spread})",
+            "1-task p50 semaphore/default",
+            ratio(semaphore.and_then(|r| r.p50_ratio))
+        ));
         let ff = find(Who::RedmutexFailFast, rt, u32_);
         let rs = find(Who::Rslock, rt, u32_);
         let versus = ff.zip(rs).and_then(|(ff, rs)| {
