@@ -12,7 +12,7 @@ use crate::mutex::Mutex;
 use crate::node::{Delivery, Op, Request};
 use crate::quorum::{Tally, validity, whole_millis};
 use crate::settings::Plan;
-use crate::waiting::Waiting;
+use crate::waiting::{Resume, Waiting};
 
 /// The release of a failed attempt.
 enum Cleanup {
@@ -51,8 +51,10 @@ pub(crate) async fn acquire(
     let mut attempt = 1;
     loop {
         let started = Instant::now();
-        waiting.attempt_starts(started);
-        let outcome = attempt_once(mutex, plan, &guard.value, started).await;
+        let last = waiting.is_last(attempt, tries);
+        let op = waiting.attempt_starts(started, &guard.value);
+        let keeps = |tally: &Tally| waiting.replies(tally, started, last);
+        let outcome = attempt_once(mutex, plan, op, &guard.value, started, keeps).await;
         waiting.attempt_ended(outcome.is_ok());
         match &outcome {
             Ok(lock) => tracing::debug!(
@@ -69,7 +71,7 @@ pub(crate) async fn acquire(
                 waiting.acquired();
                 return Ok(lock);
             }
-            Err((error, _)) if attempt >= tries => {
+            Err((error, _)) if last => {
                 // Whatever the attempt set is released, or being released in the background.
                 guard.armed = false;
                 return Err(error);
@@ -78,7 +80,19 @@ pub(crate) async fn acquire(
         };
         // The next attempt reuses the value, so this attempt's release must be done before it
         // starts, or it could delete the next attempt's keys.
-        let ((), confirmed) = futures::join!(waiting.wait(attempt, started), cleanup.confirmed());
+        let (resume, confirmed) =
+            futures::join!(waiting.wait(attempt, started), cleanup.confirmed());
+        if let Resume::Granted(valid_until) = resume {
+            tracing::debug!(
+                attempt,
+                valid_for_ms = millis_left(valid_until),
+                "handed over in line"
+            );
+            guard.armed = false;
+            waiting.acquired();
+            let value = Arc::clone(&guard.value);
+            return Ok(Lock::new(mutex.clone(), value, valid_until, None, None));
+        }
         if !confirmed || waiting.fresh_values() {
             // A release that timed out is still queued; should the connection be re-made, it
             // could run after the next attempt's SET on the new connection and delete that key.
@@ -95,33 +109,34 @@ pub(crate) fn millis_left(until: Instant) -> u64 {
     whole_millis(until.saturating_duration_since(Instant::now()))
 }
 
-/// One attempt, begun at `start` (validity counts from it). On failure, the error and the release
-/// of whatever the attempt set.
+/// One attempt sending `op`, begun at `start` (validity counts from it). On failure, the error and
+/// the release of whatever the attempt set, unless `keeps` (shown the replies) says it stays.
 async fn attempt_once(
     mutex: &Mutex,
     plan: &Plan,
+    op: Op,
     value: &Arc<str>,
     start: Instant,
+    keeps: impl FnOnce(&Tally) -> bool,
 ) -> Result<Lock, (Error, Cleanup)> {
     let nodes = mutex.redlock().nodes();
-    let op = if plan.fencing {
-        Op::AcquireFenced
-    } else {
-        Op::Acquire
-    };
+    let round = matches!(op, Op::Round { .. });
     let request = Request::new(op, mutex.target(), value, plan.millis);
-    let (mut tally, in_flight) = if plan.fail_fast {
+    // A fair round needs every node's answer: where it stands in line is part of the outcome.
+    let (mut tally, in_flight) = if plan.fail_fast && !round {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await
     } else {
         let tally = fanout::all(nodes, request, plan.node_timeout, plan.shuffle_nodes).await;
         (tally, None)
     };
     let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
+    let keep = keeps(&tally);
     let token = tally.max_counter.saturating_add(1);
     // Filled only for fenced requests (see `Tally::track_nodes`).
     let counted = std::mem::take(&mut tally.ours_nodes);
     // Every node answered that another owner holds the name: the attempt set nothing anywhere.
-    let set_nothing = tally.foreign.len() == nodes.len();
+    // (A fair round that failed set our place in line wherever it was answered.)
+    let set_nothing = !round && tally.foreign.len() == nodes.len();
     let judged = tally.judge_acquire(left);
     // Fail-fast leaves the calls still in flight running after success: the key lands on more
     // nodes (a bare quorum turns one node loss into two holders). After failure they are dropped,
@@ -144,7 +159,7 @@ async fn attempt_once(
             token,
         )),
         // The common failure under contention: no release to send.
-        Err(error) if set_nothing => Err((error, Cleanup::Done { confirmed: true })),
+        Err(error) if set_nothing || keep => Err((error, Cleanup::Done { confirmed: true })),
         Err(error) => {
             // No call of this attempt may land after its release.
             if let Some(stragglers) = stragglers {

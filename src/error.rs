@@ -161,6 +161,14 @@ pub enum NodeErrorKind {
     /// go into the token, so it does not count towards the raise's quorum.
     #[error("its counter was not counted into the token")]
     NotCounted,
+    /// Fair waiting ([`Mutex::with_fair`](crate::Mutex::with_fair)): the lock is held, or promised
+    /// to waiters ahead in line; the node keeps this waiter's place. Counts as [`Taken`](Self::Taken)
+    /// towards [`Error::Taken`].
+    #[error("waiting in line with ticket {ticket}")]
+    InLine {
+        /// The waiter's ticket on this node: the line is served in the order of tickets.
+        ticket: u64,
+    },
 }
 
 /// Formats node failures as `node 1: ...; node 3: ...`.

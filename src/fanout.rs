@@ -10,8 +10,9 @@ use futures::future::{BoxFuture, join_all};
 use rand::seq::SliceRandom;
 use tokio::time::{sleep_until, timeout_at};
 
+use crate::connection::NodeConnection;
 use crate::error::NodeErrorKind;
-use crate::node::{Delivery, Node, NodeConnection, Op, Request, call};
+use crate::node::{Delivery, Node, Request, call};
 use crate::quorum::Tally;
 use crate::settings::Plan;
 use crate::target::Target;
@@ -121,7 +122,7 @@ pub(crate) async fn all(
     let timed_out = timeout_at((started + timeout).into(), calls).await.is_err();
     debug_assert!(timed_out || slots.iter().all(|slot| slot.reply.is_some()));
     let mut tally = request.tally(nodes.len());
-    tally.track_nodes = request.is_fenced();
+    tally.track_nodes = request.tracks_nodes();
     for slot in slots {
         let reply = match slot.reply {
             Some(reply) => reply,
@@ -209,7 +210,7 @@ async fn gather(
     let mut timer = pin!(sleep_until(deadline.into()));
     let mut calls = fan_out(nodes, &request, shuffle);
     let mut tally = request.tally(nodes.len());
-    tally.track_nodes = request.is_fenced();
+    tally.track_nodes = request.tracks_nodes();
     let timed_out = poll_fn(|cx| {
         // Each wake-up takes every reply that is in, even after the verdict is decided: those
         // cost nothing to take, and each is one call less to finish in the background.
@@ -324,10 +325,9 @@ pub(crate) fn release(
 ) -> impl Future<Output = Tally> + Send + 'static {
     // The expiry travels with the request: it bounds how long a follow-up to a stalled node may
     // wait (after the expiry the key is gone anyway).
-    let (timeout, millis, notify) = (plan.node_timeout, plan.millis, plan.wake_on_release);
+    let (timeout, millis, op) = (plan.node_timeout, plan.millis, plan.release_op());
     async move {
-        let request =
-            Request::with_delivery(Op::Release { notify }, &target, &value, millis, delivery);
+        let request = Request::with_delivery(op, &target, &value, millis, delivery);
         all(&nodes, request, timeout, false).await
     }
 }
@@ -340,9 +340,8 @@ pub(crate) async fn release_until_decided(
     value: &Arc<str>,
     plan: &Plan,
 ) -> (Tally, Option<Stragglers>) {
-    let notify = plan.wake_on_release;
     let request = Request::with_delivery(
-        Op::Release { notify },
+        plan.release_op(),
         target,
         value,
         plan.millis,

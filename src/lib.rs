@@ -1,12 +1,15 @@
 #![doc = include_str!("../README.md")]
 
 mod acquire;
+mod connection;
 mod delay;
 mod error;
 mod fanout;
 mod fenced;
+mod hub;
 mod keep_alive;
 mod line;
+mod listener;
 mod lock;
 mod mutex;
 mod node;
@@ -19,14 +22,13 @@ mod settings;
 mod target;
 mod value;
 mod waiting;
-mod wake;
 
+pub use connection::NodeConnection;
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;
 pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;
-pub use node::NodeConnection;
 pub use redlock::Redlock;
 pub use semaphore::Semaphore;
 
@@ -42,6 +44,10 @@ pub mod internals {
     /// milliseconds, the permits), for tests that count its replies against another quorum than
     /// the library's.
     pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::scripts::SEMAPHORE_ACQUIRE;
+
+    /// How many scripts a client loads into each node when it starts, for tests that wait until
+    /// it is done.
+    pub const SCRIPTS: usize = crate::scripts::ALL.len();
 
     /// See `quorum::quorum`.
     pub fn quorum(nodes: usize) -> usize {

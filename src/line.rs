@@ -37,8 +37,6 @@ pub(crate) struct Line {
     waiters: Vec<Waiter>,
     /// The node whose notice arrived last: it is up, and the released key is gone there.
     last_node: usize,
-    /// Since when nobody waits (while `waiters` is empty).
-    idle_since: Option<Instant>,
     /// A woken waiter retries after a random pause below this. Every client wakes one waiter per
     /// release, so with many clients several woken waiters race for the lock, split the nodes'
     /// votes, and all fail. Like Ethernet's backoff, the spread doubles when a woken waiter lost
@@ -70,7 +68,6 @@ impl Line {
             spent: VecDeque::new(),
             waiters: Vec::new(),
             last_node: 0,
-            idle_since: None,
             spread: Duration::ZERO,
         }
     }
@@ -79,7 +76,6 @@ impl Line {
     /// that arrived during the attempt that just failed count as well. Returns the waiter woken, if
     /// any (it may be this one).
     pub(crate) fn join(&mut self, id: WaiterId, since: Instant) -> Option<WaiterId> {
-        self.idle_since = None;
         self.waiters.push(Waiter {
             id,
             since,
@@ -135,21 +131,17 @@ impl Line {
         self.spread = next_spread(self.spread, won);
     }
 
-    /// Waiter `id` leaves the line at `now`. One that was woken and leaves without having got the
-    /// lock (`done` false: its `lock()` was cancelled) passes the wake-up on, so a release is not
-    /// lost on a waiter that left. Returns the waiter woken.
-    pub(crate) fn leave(&mut self, id: WaiterId, done: bool, now: Instant) -> Option<WaiterId> {
+    /// Waiter `id` leaves the line. One that was woken and leaves without having got the lock
+    /// (`done` false: its `lock()` was cancelled) passes the wake-up on, so a release is not lost
+    /// on a waiter that left. Returns the waiter woken.
+    pub(crate) fn leave(&mut self, id: WaiterId, done: bool) -> Option<WaiterId> {
         let position = self.position(id)?;
         let waiter = self.waiters.remove(position);
-        let woken = if waiter.woken && !done {
+        if waiter.woken && !done {
             self.wake_one(None)
         } else {
             None
-        };
-        if self.waiters.is_empty() {
-            self.idle_since = Some(now);
         }
-        woken
     }
 
     /// Whether waiter `id` is woken.
@@ -161,12 +153,6 @@ impl Line {
     /// Whether anybody waits.
     pub(crate) fn has_waiters(&self) -> bool {
         !self.waiters.is_empty()
-    }
-
-    /// Whether nobody has waited for at least `linger` at `now`.
-    pub(crate) fn idle_for(&self, linger: Duration, now: Instant) -> bool {
-        self.idle_since
-            .is_some_and(|idle| now.duration_since(idle) >= linger)
     }
 
     /// For a woken waiter before its attempt: a pause below the current spread (`fraction` of it,
@@ -338,7 +324,7 @@ mod tests {
         line.join(2, since);
         release(&mut line, "a", &[0, 2], since);
         assert_eq!(woken(&line, &[1, 2]), [true, false]);
-        assert_eq!(line.leave(1, false, since), Some(2));
+        assert_eq!(line.leave(1, false), Some(2));
     }
 
     #[test]
@@ -348,7 +334,7 @@ mod tests {
         line.join(1, since);
         line.join(2, since);
         release(&mut line, "a", &[0, 1], since);
-        assert_eq!(line.leave(1, true, since), None, "the lock went to 1");
+        assert_eq!(line.leave(1, true), None, "the lock went to 1");
         assert!(!line.is_woken(2));
     }
 
@@ -403,7 +389,7 @@ mod tests {
         let since = Instant::now();
         line.join(1, since);
         let (at, _) = release(&mut line, "a", &[0, 1], since);
-        line.leave(1, true, at);
+        line.leave(1, true);
         // This attempt began before release "b" and failed; the release is news to it.
         let attempt = at + US;
         release(&mut line, "b", &[1, 2], attempt);
@@ -419,20 +405,8 @@ mod tests {
             let woke;
             (at, woke) = release(&mut line, &round.to_string(), &[0, 1], at);
             assert_eq!(woke, [round], "round {round}");
-            line.leave(round, true, at);
+            line.leave(round, true);
         }
         assert_eq!(line.spent.len(), SPENT);
-    }
-
-    #[test]
-    fn an_empty_line_is_idle_from_when_the_last_waiter_left() {
-        let mut line = Line::new(3, 2);
-        let start = Instant::now();
-        line.join(1, start);
-        assert!(!line.idle_for(Duration::ZERO, start));
-        line.leave(1, true, start);
-        assert!(!line.has_waiters());
-        assert!(!line.idle_for(Duration::from_secs(5), start + Duration::from_secs(4)));
-        assert!(line.idle_for(Duration::from_secs(5), start + Duration::from_secs(5)));
     }
 }

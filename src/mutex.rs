@@ -316,6 +316,58 @@ impl Mutex {
         self.with_settings(|s| s.wake_on_release = wake)
     }
 
+    /// Serves waiting [`lock`](Mutex::lock) calls of every client in the order they began to
+    /// wait, and hands the lock from each holder straight to the next. Default false. Implies
+    /// [`with_wake_on_release(true)`](Mutex::with_wake_on_release). Set it on every `Mutex` of the
+    /// name: a plain mutex on the name still excludes fair ones and is excluded by them, but does
+    /// not wait in line, so it may take the lock ahead of the line whenever it finds it free.
+    ///
+    /// Every node keeps a line of waiters for the name, ordered by tickets that all nodes order the
+    /// same way. A waiter joins with the attempt that finds the lock held (no extra round trip),
+    /// and renews its place every third of the expiry; a release on a node hands the lock to the
+    /// first live waiter in that node's line, and notifies only that waiter's client, which holds
+    /// the lock once a quorum of nodes handed it over, without another round trip. A waiter that
+    /// joined on a quorum of nodes is never overtaken by one that began to wait after it; a waiter
+    /// that crashed is passed over once its place expires (one expiry). The README's *Fair
+    /// waiting* section has the argument and the limits.
+    ///
+    /// A lock handed over in line is valid from the waiter's last renewal of its place, so its
+    /// [`valid_until`](Lock::valid_until) may be up to a third of the expiry shorter than after a
+    /// fresh acquisition; [`extend`](Lock::extend) as usual. `lock()` waits in line as long as it
+    /// would otherwise spend in its retry delays (the sum of `tries - 1` delays), then leaves the
+    /// line; [`try_lock`](Mutex::try_lock) never joins it. Fair waiting needs listeners, hence a
+    /// [`Redlock::connect`](crate::Redlock::connect) client, and does not combine with fencing
+    /// yet ([`Error::Config`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::Redlock;
+    /// use std::time::Duration;
+    ///
+    /// // Two processes in real life; two clients here.
+    /// let (first, second) = (Redlock::connect(cluster.urls()).await?, Redlock::connect(cluster.urls()).await?);
+    /// let mutex = |redlock: &Redlock| redlock.new_mutex("printer").with_fair(true);
+    /// let held = mutex(&first).lock().await?;
+    /// let waiter = tokio::spawn({
+    ///     let mutex = mutex(&second);
+    ///     async move { mutex.lock().await }
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(100)).await; // the waiter is in line now
+    /// held.unlock().await?; // hands the lock to the waiter
+    /// let next = waiter.await??;
+    /// next.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_fair(self, fair: bool) -> Self {
+        self.with_settings(|s| s.fair = fair)
+    }
+
     /// Sends to the nodes in a random order on each operation. Default false. With concurrent
     /// fan-out this rarely matters; it spreads who-asked-first when many clients race.
     ///

@@ -1,105 +1,16 @@
-//! One Redis node: its shared connection, and one call to it (bounded by the fan-out that makes it).
+//! One Redis node: its address, and one call to it (bounded by the fan-out that makes it).
 
 use std::borrow::{Borrow, BorrowMut};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::Either;
-use redis::aio::{ConnectionManager, MultiplexedConnection};
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, Value};
 
+use crate::connection::NodeConnection;
 use crate::error::NodeErrorKind;
 use crate::quorum::Tally;
-use crate::scripts;
 use crate::target::Target;
-
-/// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
-///
-/// Built from the redis crate's [`ConnectionManager`] (reconnects by itself; recommended) or a plain
-/// [`MultiplexedConnection`] (never reconnects). Either way redmutex bounds every call by its own
-/// per-node timeout, so build them **without** response and connect timeouts of their own
-/// (`set_response_timeout(None)` and `set_connection_timeout(None)` on `ConnectionManagerConfig` or
-/// `AsyncConnectionConfig`): the redis crate's defaults (500 ms, 1 s) would cut node calls short.
-///
-/// # Examples
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let cluster = testenv::Cluster::start(3);
-/// use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-/// use redmutex::{NodeConnection, Redlock};
-///
-/// let mut connections = Vec::new();
-/// for url in cluster.urls() {
-///     let config = ConnectionManagerConfig::new()
-///         .set_response_timeout(None)
-///         .set_connection_timeout(None);
-///     let manager = ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?;
-///     connections.push(NodeConnection::from(manager));
-/// }
-/// let redlock = Redlock::new(connections)?;
-/// # let lock = redlock.new_mutex("doc:node-connection").lock().await?;
-/// # lock.unlock().await?;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-pub struct NodeConnection(Connection);
-
-#[derive(Clone)]
-enum Connection {
-    Manager(ConnectionManager),
-    Multiplexed(MultiplexedConnection),
-}
-
-impl From<ConnectionManager> for NodeConnection {
-    fn from(manager: ConnectionManager) -> Self {
-        NodeConnection(Connection::Manager(manager))
-    }
-}
-
-impl From<MultiplexedConnection> for NodeConnection {
-    fn from(connection: MultiplexedConnection) -> Self {
-        NodeConnection(Connection::Multiplexed(connection))
-    }
-}
-
-impl fmt::Debug for NodeConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The redis crate's own Debug output may include connection details; show the kind only.
-        match self.0 {
-            Connection::Manager(_) => f.write_str("NodeConnection(ConnectionManager)"),
-            Connection::Multiplexed(_) => f.write_str("NodeConnection(MultiplexedConnection)"),
-        }
-    }
-}
-
-impl NodeConnection {
-    /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
-    /// future costs a copy of it and a state machine on every node call. Errors the node replied
-    /// with come back as [`Value::ServerError`].
-    fn send<'a>(
-        &'a mut self,
-        cmd: &'a Cmd,
-    ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
-        match &mut self.0 {
-            Connection::Manager(c) => Either::Left(c.send_packed_command(cmd)),
-            Connection::Multiplexed(c) => Either::Right(c.send_packed_command(cmd)),
-        }
-    }
-
-    /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
-    pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
-        for script in scripts::ALL {
-            self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
-                .await?
-                .extract_error()?;
-        }
-        Ok(())
-    }
-}
 
 /// A node of a [`Redlock`](crate::Redlock): its connection and a password-free address for messages.
 #[derive(Clone)]
@@ -125,12 +36,16 @@ pub(crate) enum Op {
     Acquire,
     /// Compare-and-PEXPIRE.
     Extend,
-    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `wake`).
-    Release { notify: bool },
+    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `hub`); with
+    /// `hand_off`, also leave the fair line and hand the lock to its head (see `waiting::fair`).
+    Release { notify: bool, hand_off: bool },
     /// Acquire that also reads the fencing counter.
     AcquireFenced,
     /// Raise the fencing counter to a token where our value holds the lock.
     Raise(u64),
+    /// A fair waiter's round: take the lock if it is our turn, else join the line with this
+    /// ticket, or renew our place in it.
+    Round { ticket: u64 },
 }
 
 /// How a script travels to the nodes.
@@ -182,16 +97,16 @@ impl Request {
         self.target.tally(nodes)
     }
 
-    /// Whether the request belongs to a fenced acquisition, whose replies must say which nodes
-    /// counted.
-    pub(crate) fn is_fenced(&self) -> bool {
-        matches!(self.op, Op::AcquireFenced | Op::Raise(_))
+    /// Whether the tally must list which nodes said "ours": for a fenced acquisition (which nodes
+    /// counted into the token) and for a fair round (where we stand).
+    pub(crate) fn tracks_nodes(&self) -> bool {
+        matches!(self.op, Op::AcquireFenced | Op::Raise(_) | Op::Round { .. })
     }
 
     /// What the request does, for traces.
     pub(crate) fn op_name(&self) -> &'static str {
         match self.op {
-            Op::Acquire | Op::AcquireFenced => "acquire",
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } => "acquire",
             Op::Extend => "extend",
             Op::Release { .. } => "release",
             Op::Raise(_) => "raise",
@@ -239,6 +154,19 @@ impl Request {
             (Op::Acquire | Op::AcquireFenced, Value::Int(-1)) => Err(NodeErrorKind::Taken),
             (Op::Acquire | Op::AcquireFenced, Value::Int(counter)) if counter >= 0 => {
                 Ok(counter.unsigned_abs())
+            }
+            (Op::Round { .. }, Value::Array(reply)) if reply.len() == 2 => {
+                match (&reply[0], &reply[1]) {
+                    (Value::Int(1), _) => Ok(0),
+                    (Value::Int(0), Value::Int(ticket)) if *ticket > 0 => {
+                        Err(NodeErrorKind::InLine {
+                            ticket: ticket.unsigned_abs(),
+                        })
+                    }
+                    _ => Err(NodeErrorKind::UnexpectedReply(describe(&Value::Array(
+                        reply,
+                    )))),
+                }
             }
             (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(1)) => Ok(0),
             (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(0)) => {
@@ -326,7 +254,13 @@ mod tests {
             acquire.interpret(Value::Nil),
             Err(NodeErrorKind::Taken)
         ));
-        for op in [Op::Extend, Op::Release { notify: false }] {
+        for op in [
+            Op::Extend,
+            Op::Release {
+                notify: false,
+                hand_off: false,
+            },
+        ] {
             let r = request(op);
             assert!(r.interpret(Value::Int(1)).is_ok());
             assert!(matches!(
@@ -349,7 +283,14 @@ mod tests {
         // The node's own errors arrive as values (see `NodeConnection::send`).
         let reply = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
         let nested = Value::Array(vec![Value::Int(1), reply.clone()]);
-        for op in [Op::Acquire, Op::Extend, Op::Release { notify: true }] {
+        for op in [
+            Op::Acquire,
+            Op::Extend,
+            Op::Release {
+                notify: true,
+                hand_off: false,
+            },
+        ] {
             for reply in [&reply, &nested] {
                 match request(op).interpret(reply.clone()) {
                     Err(NodeErrorKind::Redis(error)) => assert_eq!(error.code(), Some("WRONGTYPE")),

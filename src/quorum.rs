@@ -109,7 +109,9 @@ impl Tally {
             }
             Err(kind) => {
                 match kind {
-                    NodeErrorKind::Taken => self.foreign.push(node),
+                    // A fair round waits in line only where the lock is held or promised to a
+                    // waiter ahead: taken, as far as this attempt goes.
+                    NodeErrorKind::Taken | NodeErrorKind::InLine { .. } => self.foreign.push(node),
                     NodeErrorKind::Missing => self.missing += 1,
                     _ => {}
                 }

@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::connection::NodeConnection;
 use crate::error::Error;
+use crate::hub::Hub;
+use crate::listener::Listeners;
 use crate::mutex::Mutex;
-use crate::node::{Node, NodeConnection};
+use crate::node::Node;
 use crate::redact::redact_url;
 use crate::semaphore::Semaphore;
 use crate::target::Target;
-use crate::wake::{Hub, Listeners};
 
 /// How long the background connection warm-up waits for a node.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);

@@ -8,6 +8,8 @@
 
 use std::sync::LazyLock;
 
+pub(crate) mod fair;
+
 /// Compare-and-delete: `KEYS[1]` = name, `ARGV[1]` = value.
 pub(crate) const RELEASE: &str = r#"
 local current = redis.call('GET', KEYS[1])
@@ -26,7 +28,7 @@ pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
 /// Compare-and-delete that also publishes a release notice when it deletes, for mutexes with
 /// wake-up on release: `KEYS[1]` = name, `ARGV[1]` = value. Publishing in the same script costs no
 /// extra round trip, and a notice is sent exactly when the key went away. The message is the
-/// released value, which tells one release from the next (see `wake`); it reveals nothing new, as
+/// released value, which tells one release from the next (see `hub`); it reveals nothing new, as
 /// any client of the node could read it with GET while the lock was held.
 pub(crate) const RELEASE_NOTIFY: &str = r#"
 local current = redis.call('GET', KEYS[1])
@@ -198,6 +200,20 @@ return 1
 "#
 );
 
+/// Every script, as a client loads them into each node's cache when it starts.
+pub(crate) const ALL: &[&str] = &[
+    RELEASE,
+    RELEASE_NOTIFY,
+    EXTEND,
+    ACQUIRE_FENCED,
+    RAISE,
+    fair::ROUND,
+    fair::RELEASE,
+    SEMAPHORE_ACQUIRE,
+    SEMAPHORE_EXTEND,
+    SEMAPHORE_RELEASE,
+];
+
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
 pub(crate) struct Digests {
     pub release: String,
@@ -220,18 +236,6 @@ pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
     semaphore_extend: redis::Script::new(SEMAPHORE_EXTEND).get_hash().to_owned(),
     semaphore_release: redis::Script::new(SEMAPHORE_RELEASE).get_hash().to_owned(),
 });
-
-/// Every script, for loading them into a node's cache.
-pub(crate) const ALL: [&str; 8] = [
-    RELEASE,
-    RELEASE_NOTIFY,
-    EXTEND,
-    ACQUIRE_FENCED,
-    RAISE,
-    SEMAPHORE_ACQUIRE,
-    SEMAPHORE_EXTEND,
-    SEMAPHORE_RELEASE,
-];
 
 #[cfg(test)]
 mod tests {

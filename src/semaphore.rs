@@ -46,7 +46,8 @@ use crate::target::Target;
 /// 0.01, timeout factor 0.05, no fail-fast, no wake-up on release, nodes in order, random values.
 /// A semaphore hands out no fencing tokens ([`Lock::token`] is `None`): tokens order one holder
 /// after the next, and a semaphore's holders hold side by side, so a resource could not tell a
-/// stale holder by its smaller token.
+/// stale holder by its smaller token. Nor does it wait in a fair line ([`Mutex::with_fair`]) yet:
+/// the line hands one lock from holder to waiter, and permits would need a line of their own.
 ///
 /// # Examples
 ///

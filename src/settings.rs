@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::delay::RetryDelay;
 use crate::error::Error;
+use crate::node::Op;
 use crate::quorum::expiry_millis;
 use crate::target::Target;
 
@@ -35,6 +36,7 @@ pub(crate) struct Settings {
     pub shuffle_nodes: bool,
     pub fencing: bool,
     pub wake_on_release: bool,
+    pub fair: bool,
     pub value_fn: Option<ValueFn>,
 }
 
@@ -50,6 +52,7 @@ impl Default for Settings {
             shuffle_nodes: false,
             fencing: false,
             wake_on_release: false,
+            fair: false,
             value_fn: None,
         }
     }
@@ -67,6 +70,7 @@ impl fmt::Debug for Settings {
             .field("shuffle_nodes", &self.shuffle_nodes)
             .field("fencing", &self.fencing)
             .field("wake_on_release", &self.wake_on_release)
+            .field("fair", &self.fair)
             .field("value_fn", &self.value_fn.as_ref().map(|_| "fn"))
             .finish()
     }
@@ -87,13 +91,25 @@ pub(crate) struct Plan {
     pub fail_fast: bool,
     pub shuffle_nodes: bool,
     pub fencing: bool,
+    /// Waiting by release notices; implied by `fair`.
     pub wake_on_release: bool,
+    /// Waiting in the fair line across clients (see `waiting::fair`).
+    pub fair: bool,
 }
 
 impl Plan {
     /// The delay after attempt number `failed` (1-based), drawn from the thread-local generator.
     pub(crate) fn retry_delay_after(&self, failed: u32) -> Duration {
         self.retry_delay.after(failed, &mut rand::rng())
+    }
+
+    /// How this mutex releases: compare-and-delete, with a notice for waiters when they listen,
+    /// and a hand-off to the head of the line when they wait in it.
+    pub(crate) fn release_op(&self) -> Op {
+        Op::Release {
+            notify: self.wake_on_release,
+            hand_off: self.fair,
+        }
     }
 }
 
@@ -106,6 +122,9 @@ impl Settings {
                 "fencing",
                 "a semaphore hands out no fencing tokens (its holders hold side by side)",
             ));
+        }
+        if self.fair && !target.has_line() {
+            return Err(Error::config("fair", "a semaphore has no fair line yet"));
         }
         if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
             return Err(Error::config(
@@ -129,6 +148,12 @@ impl Settings {
                 format!("must be in (0, 1), got {}", self.timeout_factor),
             ));
         }
+        if self.fair && self.fencing {
+            return Err(Error::config(
+                "fair",
+                "fair waiting does not hand out fencing tokens yet; use one or the other",
+            ));
+        }
         let millis = expiry_millis(self.expiry);
         let expiry = Duration::from_millis(millis);
         Ok(Plan {
@@ -141,7 +166,8 @@ impl Settings {
             fail_fast: self.fail_fast,
             shuffle_nodes: self.shuffle_nodes,
             fencing: self.fencing,
-            wake_on_release: self.wake_on_release,
+            wake_on_release: self.wake_on_release || self.fair,
+            fair: self.fair,
         })
     }
 
@@ -159,10 +185,15 @@ impl Settings {
     }
 }
 
-/// A lock value must be non-empty: an empty value would match any empty-string key.
+/// A lock value must be non-empty (an empty value would match any empty-string key) and free of
+/// NUL characters (a release notice whose payload starts with one is a fair hand-off, see
+/// `scripts::fair::GRANT_MARK`).
 pub(crate) fn check_value(value: &str) -> Result<(), Error> {
     if value.is_empty() {
         return Err(Error::config("value", "must not be empty"));
+    }
+    if value.contains('\0') {
+        return Err(Error::config("value", "must not contain NUL characters"));
     }
     Ok(())
 }
@@ -228,7 +259,7 @@ mod tests {
     }
 
     #[test]
-    fn fencing_is_refused_where_tokens_mean_nothing() {
+    fn fencing_and_fair_lines_are_refused_where_there_are_none() {
         let fenced = Settings {
             fencing: true,
             ..Settings::default()
@@ -238,6 +269,12 @@ mod tests {
             field(fenced.plan(&Target::permits("n".into(), 2))),
             "fencing"
         );
+        let fair = Settings {
+            fair: true,
+            ..Settings::default()
+        };
+        assert!(fair.plan(&target("n")).is_ok());
+        assert_eq!(field(fair.plan(&Target::permits("n".into(), 2))), "fair");
         assert_eq!(
             field(Settings::default().plan(&Target::permits("n".into(), 0))),
             "permits"

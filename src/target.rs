@@ -17,7 +17,7 @@ use crate::node::{Delivery, Op};
 use crate::quorum::{Tally, permit_quorum, quorum};
 use crate::scripts::{
     ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,
-    SEMAPHORE_EXTEND, SEMAPHORE_RELEASE,
+    SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, fair,
 };
 
 /// The keys a lock holds and the rules that go with them.
@@ -110,6 +110,12 @@ impl Target {
         matches!(self.kind, Kind::Name)
     }
 
+    /// Whether waiters can wait in a fair line on the nodes (see `waiting::fair`). The line's
+    /// scripts hand one lock value from holder to waiter; a semaphore's permits have none yet.
+    pub(crate) fn has_line(&self) -> bool {
+        matches!(self.kind, Kind::Name)
+    }
+
     /// A one-command check on one node whether the target is in use there, for a woken waiter
     /// deciding whether an attempt is worth it: the command, and the reply (an integer) from
     /// which on it is in use. A semaphore counts holders whose entries may have expired unswept:
@@ -163,14 +169,26 @@ impl Target {
                 value,
                 Some(millis),
             ),
-            (Kind::Name, Op::Release { notify: false }) => script_cmd(
+            (Kind::Name, Op::Release { hand_off: true, .. }) => line_cmd(
+                verb.script(fair::RELEASE, &fair::DIGESTS.release),
+                verb,
+                name,
+                &[value],
+            ),
+            (Kind::Name, Op::Round { ticket }) => line_cmd(
+                verb.script(fair::ROUND, &fair::DIGESTS.round),
+                verb,
+                name,
+                &[value, &millis.to_string(), &ticket.to_string()],
+            ),
+            (Kind::Name, Op::Release { notify: false, .. }) => script_cmd(
                 verb.script(RELEASE, &DIGESTS.release),
                 verb,
                 name,
                 value,
                 None,
             ),
-            (Kind::Name, Op::Release { notify: true }) => script_cmd(
+            (Kind::Name, Op::Release { notify: true, .. }) => script_cmd(
                 verb.script(RELEASE_NOTIFY, &DIGESTS.release_notify),
                 verb,
                 name,
@@ -187,16 +205,19 @@ impl Target {
             (Kind::Name, Op::Raise(token)) => {
                 fenced_cmd(verb.script(RAISE, &DIGESTS.raise), verb, name, value, token)
             }
-            // A fenced acquire and a raise are never sent for a semaphore (`fences` is false,
-            // and settings with fencing are refused): they map to the plain commands, which
-            // answer in the same convention, so the match needs no arm that could fail.
-            (Kind::Permits { permits }, Op::Acquire | Op::AcquireFenced) => semaphore_cmd(
-                verb.script(SEMAPHORE_ACQUIRE, &DIGESTS.semaphore_acquire),
-                verb,
-                name,
-                value,
-                &[millis, u64::from(permits)],
-            ),
+            // A fenced acquire, a raise, a fair round and a hand-off are never sent for a
+            // semaphore (`fences` and `has_line` are false, and settings asking for them are
+            // refused): they map to the plain commands, which answer in the same convention, so
+            // the match needs no arm that could fail.
+            (Kind::Permits { permits }, Op::Acquire | Op::AcquireFenced | Op::Round { .. }) => {
+                semaphore_cmd(
+                    verb.script(SEMAPHORE_ACQUIRE, &DIGESTS.semaphore_acquire),
+                    verb,
+                    name,
+                    value,
+                    &[millis, u64::from(permits)],
+                )
+            }
             (Kind::Permits { .. }, Op::Extend | Op::Raise(_)) => semaphore_cmd(
                 verb.script(SEMAPHORE_EXTEND, &DIGESTS.semaphore_extend),
                 verb,
@@ -204,7 +225,7 @@ impl Target {
                 value,
                 &[millis],
             ),
-            (Kind::Permits { .. }, Op::Release { notify }) => semaphore_cmd(
+            (Kind::Permits { .. }, Op::Release { notify, .. }) => semaphore_cmd(
                 verb.script(SEMAPHORE_RELEASE, &DIGESTS.semaphore_release),
                 verb,
                 name,
@@ -259,6 +280,25 @@ fn script_cmd(script: &str, verb: Verb, name: &str, value: &str, millis: Option<
     cmd.arg(verb.word()).arg(script).arg(1).arg(name).arg(value);
     if let Some(millis) = millis {
         cmd.arg(millis);
+    }
+    cmd
+}
+
+/// A script over the lock key and its fair line (see `scripts::fair`).
+fn line_cmd(script: &str, verb: Verb, name: &str, args: &[&str]) -> Cmd {
+    let line = format!("{name}:line");
+    let until = format!("{name}:line:until");
+    let ticket = format!("{name}:ticket");
+    let mut cmd = Cmd::with_capacity(7 + args.len(), 64 + script.len() + 4 * name.len());
+    cmd.arg(verb.word())
+        .arg(script)
+        .arg(4)
+        .arg(name)
+        .arg(line)
+        .arg(until)
+        .arg(ticket);
+    for arg in args {
+        cmd.arg(*arg);
     }
     cmd
 }
@@ -344,7 +384,11 @@ mod tests {
         assert_eq!(words(&extend)[1], SEMAPHORE_EXTEND);
         assert_eq!(words(&extend)[2..], ["1", "jobs", "v", "2000"]);
         for (notify, flag) in [(false, "0"), (true, "1")] {
-            let release = target.command(Op::Release { notify }, Delivery::ByDigest, "v", 9);
+            let release = Op::Release {
+                notify,
+                hand_off: false,
+            };
+            let release = target.command(release, Delivery::ByDigest, "v", 9);
             assert_eq!(words(&release)[1], DIGESTS.semaphore_release);
             assert_eq!(words(&release)[2..], ["1", "jobs", "v", flag]);
         }
@@ -361,6 +405,7 @@ mod tests {
         assert_eq!(target.permit_count(), Some(2));
         assert!(target.check().is_ok());
         assert!(!target.fences());
+        assert!(!target.has_line());
         assert!(matches!(
             Target::permits("n".into(), 0).check(),
             Err(Error::Config { field, rule }) if field == "permits" && rule.contains('0')
@@ -376,7 +421,7 @@ mod tests {
         let tally = target.tally(4);
         assert_eq!((tally.needed, tally.blocking), (3, 3));
         assert!(target.check().is_ok());
-        assert!(target.fences());
+        assert!(target.fences() && target.has_line());
         assert!(matches!(
             Target::name("".into()).check(),
             Err(Error::Config { field, .. }) if field == "name"

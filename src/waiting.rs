@@ -1,18 +1,23 @@
 //! How a `lock()` call passes the time between its attempts: the one interface between acquiring
 //! (`acquire`) and the ways of waiting.
 //!
-//! Acquiring is a loop of "attempt, then wait". Each way of waiting sees the same five moments of
-//! that loop: before the first attempt, the start and the end of each attempt, the wait after a
-//! failed one, and the end of the call (with the lock or without). What it does in between is its
-//! own business: sleep the retry delay, or listen for release notices.
+//! Acquiring is a loop of "attempt, then wait". Each way of waiting sees the same moments of that
+//! loop: before the first attempt, the start of each attempt (and which request it sends), the
+//! replies of a failed one, the wait after it, and the end of the call (with the lock or
+//! without). What it does in between is its own business: sleep the retry delay, listen for
+//! release notices, or keep a place in the fair line across clients.
 
+mod fair;
 mod notices;
 
 use std::time::Instant;
 
 use crate::mutex::Mutex;
+use crate::node::Op;
+use crate::quorum::Tally;
 use crate::settings::Plan;
 
+use fair::FairWait;
 use notices::NoticeWait;
 
 /// The way one `lock()` call waits, chosen from the mutex's settings.
@@ -21,13 +26,25 @@ pub(crate) enum Waiting<'a> {
     Sleep { plan: &'a Plan },
     /// The retry delay, cut short by release notices (`with_wake_on_release`).
     Notices(NoticeWait<'a>),
+    /// A place in the line across clients (`with_fair`).
+    Fair(FairWait<'a>),
+}
+
+/// How a wait ended.
+pub(crate) enum Resume {
+    /// The next attempt is due.
+    Attempt,
+    /// The lock was handed to this call (fair waiting); it is valid until then.
+    Granted(Instant),
 }
 
 impl<'a> Waiting<'a> {
     /// The way `mutex` waits, for a call that makes up to `tries` attempts.
     pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan, tries: u32) -> Waiting<'a> {
-        // One attempt has nothing to wait for.
-        if plan.wake_on_release && tries > 1 {
+        if plan.fair {
+            Waiting::Fair(FairWait::new(mutex, plan, tries))
+        } else if plan.wake_on_release && tries > 1 {
+            // One attempt has nothing to wait for.
             Waiting::Notices(NoticeWait::new(mutex, plan))
         } else {
             Waiting::Sleep { plan }
@@ -43,10 +60,37 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// An attempt begins at `started`.
-    pub(crate) fn attempt_starts(&mut self, started: Instant) {
-        if let Waiting::Notices(notices) = self {
-            notices.attempt_starts(started);
+    /// Whether the attempt about to begin, number `attempt` (1-based) of at most `tries`, is the
+    /// last one.
+    pub(crate) fn is_last(&self, attempt: u32, tries: u32) -> bool {
+        match self {
+            Waiting::Fair(fair) => fair.is_last(),
+            _ => attempt >= tries,
+        }
+    }
+
+    /// An attempt with `value` begins at `started`; returns what it sends to every node.
+    pub(crate) fn attempt_starts(&mut self, started: Instant, value: &str) -> Op {
+        match self {
+            Waiting::Sleep { plan } => acquire_op(plan),
+            Waiting::Notices(notices) => {
+                notices.attempt_starts(started);
+                acquire_op(notices.plan())
+            }
+            Waiting::Fair(fair) => {
+                fair.attempt_starts(value);
+                fair.op()
+            }
+        }
+    }
+
+    /// The replies of an attempt, before they are judged; `last` if no attempt follows. Returns
+    /// whether what a failed attempt set stays (a fair waiter's place in line) rather than being
+    /// released.
+    pub(crate) fn replies(&mut self, tally: &Tally, started: Instant, last: bool) -> bool {
+        match self {
+            Waiting::Fair(fair) => fair.observe(tally, started, last),
+            _ => false,
         }
     }
 
@@ -58,24 +102,34 @@ impl<'a> Waiting<'a> {
     }
 
     /// Waits after failed attempt number `failed` (1-based), which began at `started`, until the
-    /// next attempt is due.
-    pub(crate) async fn wait(&mut self, failed: u32, started: Instant) {
+    /// next attempt is due or the lock is handed over.
+    pub(crate) async fn wait(&mut self, failed: u32, started: Instant) -> Resume {
         match self {
             Waiting::Sleep { plan } => {
                 // Drawn before the await: the thread-local generator must not live across it.
                 let delay = plan.retry_delay_after(failed);
                 tokio::time::sleep(delay).await;
+                Resume::Attempt
             }
-            Waiting::Notices(notices) => Box::pin(notices.wait(failed, started)).await,
+            Waiting::Notices(notices) => {
+                Box::pin(notices.wait(failed, started)).await;
+                Resume::Attempt
+            }
+            Waiting::Fair(fair) => Box::pin(fair.wait()).await,
         }
     }
 
-    /// Whether each attempt needs a value of its own (the next attempt would otherwise reuse the
-    /// value of the failed one).
+    /// Whether the next attempt needs a value of its own (it would otherwise reuse the value of
+    /// the failed one).
     pub(crate) fn fresh_values(&self) -> bool {
-        // A release notice names the released value, and waiters treat a value as one release:
-        // a retry must not release the same value again (see `line`).
-        matches!(self, Waiting::Notices(_))
+        match self {
+            Waiting::Sleep { .. } => false,
+            // A release notice names the released value, and waiters treat a value as one
+            // release: a retry must not release the same value again (see `line`).
+            Waiting::Notices(_) => true,
+            // A waiter is known in line by its value; it keeps it while it waits.
+            Waiting::Fair(_) => false,
+        }
     }
 
     /// The call got the lock. Dropping a `Waiting` without this means the call ended without it
@@ -84,5 +138,14 @@ impl<'a> Waiting<'a> {
         if let Waiting::Notices(notices) = self {
             notices.acquired();
         }
+    }
+}
+
+/// The request of a plain attempt.
+fn acquire_op(plan: &Plan) -> Op {
+    if plan.fencing {
+        Op::AcquireFenced
+    } else {
+        Op::Acquire
     }
 }

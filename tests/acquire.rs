@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind, Redlock};
 use support::{client, holders, present, quick};
-use testenv::Cluster;
+use testenv::{Cluster, Mode};
 
 #[tokio::test]
 async fn lock_sets_the_value_on_every_node_with_the_expiry() {
@@ -362,6 +362,68 @@ fn redmutex_value() -> String {
     format!("test-{}", rand::random::<u64>())
 }
 
+/// The environment of `lock_values_differ_between_processes` when it runs as a child: the node to
+/// lock on, and the name.
+const CHILD_URL: &str = "REDMUTEX_TEST_VALUES_URL";
+const CHILD_NAME: &str = "REDMUTEX_TEST_VALUES_NAME";
+
+/// Lock values are unique across processes, not only within one. Values that repeat another
+/// process's (from a counter, or a generator seeded the same way in every process) let two holders
+/// share a lock: when one's lock has expired and the other holds the name, the first one's unlock
+/// deletes the other's key. The test binary runs this test again in two child processes at once,
+/// each of which locks a few times and prints the values.
+#[tokio::test]
+async fn lock_values_differ_between_processes() {
+    if let (Ok(url), Ok(name)) = (std::env::var(CHILD_URL), std::env::var(CHILD_NAME)) {
+        let redlock = Redlock::connect([url]).await.expect("URL parses");
+        let mutex = quick(&redlock, &name);
+        for _ in 0..3 {
+            let lock = mutex.lock().await.expect("free lock");
+            println!("lock value: {}", lock.value());
+            lock.unlock().await.expect("unlock");
+        }
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let test_binary = std::env::current_exe().expect("the test binary's path");
+    let children: Vec<_> = (0..2)
+        .map(|child| {
+            std::process::Command::new(&test_binary)
+                .args(["--exact", "lock_values_differ_between_processes"])
+                .args(["--nocapture", "--test-threads=1"])
+                .env(CHILD_URL, cluster.node(0).url())
+                .env(CHILD_NAME, format!("acquire:values:{child}"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("the test binary runs")
+        })
+        .collect();
+    let values: Vec<Vec<String>> = children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("the child ends");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "child failed: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            // The harness prints the test's name on the line of the first value.
+            stdout
+                .lines()
+                .filter_map(|line| line.split_once("lock value: "))
+                .map(|(_, value)| value.to_owned())
+                .collect()
+        })
+        .collect();
+    assert_eq!(values[0].len(), 3, "{values:?}");
+    assert_eq!(values[1].len(), 3, "{values:?}");
+    for value in &values[0] {
+        assert!(!values[1].contains(value), "both processes made {value}");
+    }
+}
+
 /// Scripts go out as EVALSHA; a node that lost its script cache gets EVAL once and then EVALSHA again.
 #[tokio::test]
 async fn scripts_are_sent_by_digest_with_a_noscript_fallback() {
@@ -524,4 +586,101 @@ async fn a_retry_never_races_the_previous_release() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(ours() >= 3, "a late release deleted the new keys");
     cluster.node(4).resume();
+}
+
+/// A fail-fast lock goes on setting its key on the nodes it did not wait for, after it returns:
+/// otherwise the lock stays on a bare quorum, and one more lost node lets another client in.
+///
+/// Most calls that have not answered at the quorum were written to their connection already, so
+/// the node runs them whatever the client does next. A call whose connection is still being made
+/// has not sent its SET yet, and sends it only if it is kept going. Node 4's proxy holds the new
+/// connection's first bytes (the client's CLIENT SETINFO, which the connection waits to see
+/// answered), so its SET waits for the connection however quickly the machine runs; the proxy
+/// lets it through well within the node timeout.
+#[tokio::test]
+async fn fail_fast_sets_the_key_on_a_node_still_connecting() {
+    let cluster = Cluster::start(5);
+    let proxies = cluster.proxies();
+    proxies.set_mode(&[4], Mode::Blackhole);
+    let redlock = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    let mutex = redlock
+        .new_mutex("acquire:fast-connecting")
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.25) // 5 s per node
+        .with_fail_fast(true)
+        .with_tries(1);
+    let lock = mutex.lock().await.expect("4 of 5 suffice");
+    assert!(!cluster.node(4).exists("acquire:fast-connecting"));
+
+    proxies.set_mode(&[4], Mode::Pass);
+    support::within(Duration::from_secs(3), "node 4 holds the key too", || {
+        holders(&cluster, "acquire:fast-connecting", lock.value()) == [0, 1, 2, 3, 4]
+    })
+    .await;
+}
+
+/// An unlock stops the acquire's calls still in flight: a SET sent after the release would leave a
+/// key that nobody releases, and that keeps every other client out for the whole expiry.
+///
+/// `fail_fast_unlock_does_not_wait_and_no_set_lands_after_it` cannot tell whether they are stopped:
+/// there the SET was written to the stalled node's connection before the unlock began, and the
+/// release written behind it runs after it either way. Only a SET not handed to its connection yet
+/// can come after the release: one waiting for the connection to be made (node 4's proxy holds its
+/// set-up, as in `fail_fast_sets_the_key_on_a_node_still_connecting`). Which of the calls waiting
+/// for a connection goes out first is then up to the redis crate: they are woken in the order of
+/// their slots in its shared connect future (futures' `Shared`), and a new waiter takes the slot
+/// freed last. So here a call to node 4 that began before the SET and timed out while both waited
+/// (another mutex's, with a short node timeout) leaves a free slot below the SET's; the release
+/// takes it and goes out first. The test's current-thread runtime runs woken tasks in the order
+/// they were woken, so the order is certain; on a multi-thread runtime it would be chance.
+#[tokio::test]
+async fn unlock_stops_a_set_still_waiting_for_its_connection() {
+    let name = "acquire:fast-unlock-connecting";
+    let cluster = Cluster::start(5);
+    // The release must find its script on node 4: a NOSCRIPT reply would send its fallback after
+    // the SET, and that would delete the key all the same.
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(redmutex::internals::RELEASE_SCRIPT)
+        .exec(&mut cluster.node(4).connection())
+        .expect("SCRIPT LOAD");
+    let proxies = cluster.proxies();
+    proxies.set_mode(&[4], Mode::Blackhole);
+    let redlock = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    let mutex = redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.25) // 5 s per node
+        .with_fail_fast(true)
+        .with_tries(1);
+    // Waits 100 ms for node 4, then drops its call.
+    let other = redlock
+        .new_mutex(format!("{name}:other"))
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.005)
+        .with_tries(1);
+    // Polled in order: the other mutex's call to node 4 waits for the connection before the SET.
+    let (_other, lock) = futures::join!(other.try_lock(), mutex.lock());
+    let lock = lock.expect("4 of 5 suffice");
+    lock.unlock().await.expect("released on 4 of 5");
+
+    proxies.set_mode(&[4], Mode::Pass);
+    support::within(Duration::from_secs(3), "node 4 ran the release", || {
+        cluster.node(4).calls("evalsha") >= 1
+    })
+    .await;
+    // Every call woken with the release has been handed to the connection by now; a request sent
+    // now goes out after them, so once it is answered, a late SET would have landed.
+    let barrier = quick(&redlock, &format!("{name}:barrier"))
+        .try_lock()
+        .await
+        .expect("free lock");
+    assert_eq!(
+        holders(&cluster, &format!("{name}:barrier"), barrier.value()),
+        [0, 1, 2, 3, 4]
+    );
+    assert!(
+        present(&cluster, name).is_empty(),
+        "a SET landed after the release"
+    );
 }

@@ -6,9 +6,9 @@ mod support;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use redmutex::{Redlock, fenced_set};
+use redmutex::{Error, NodeErrorKind, Redlock, fenced_set};
 use support::{client, contended};
-use testenv::Cluster;
+use testenv::{Cluster, Mode};
 
 /// A URL where nothing listens: a node this client cannot reach (one side of a partition).
 const UNREACHABLE: &str = "redis://127.0.0.1:1/";
@@ -180,5 +180,69 @@ async fn tokens_increase_under_contention_and_faults() {
             pair[0].1,
             pair[1].1
         );
+    }
+}
+
+/// Only the nodes whose counters went into the token count for its raise. Node 2's counter is far
+/// ahead, and its acquire reply comes too late to be counted: its proxy holds its traffic until the
+/// raise round has begun. Node 1 is counted, but loses the key before its raise arrives (as a node
+/// restarted without persistence would): its proxy lets the acquire through and holds the raise
+/// sent right after it. So the raise succeeds on node 0, and on node 2, where the acquire has
+/// landed by then. Counting node 2 would hand out token 1 on a raise quorum that includes a node
+/// whose counter (100) never went into it: the way two holders end up with one token (the
+/// `FencedRaiseOnAll` counterexample of tests/model_fencing.rs). Node 0 alone is no quorum.
+///
+/// Nothing races the client: node 2 gets nothing before the test lets it, node 1's proxy counts
+/// requests rather than time, and the test acts only once node 0's counter shows that the raise
+/// round has begun.
+#[tokio::test]
+async fn a_raise_counts_only_the_nodes_counted_into_the_token() {
+    let name = "fencing:raise-counted";
+    let cluster = Cluster::start(3);
+    let proxies = cluster.proxies();
+    let redlock = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    // The client's warm-up loads every script into every node; its requests must not use up the
+    // count of node 1's proxy.
+    let scripts = redmutex::internals::SCRIPTS as u64;
+    support::eventually("the warm-up is over", || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|n| n.calls("script|load") == scripts)
+    })
+    .await;
+    cluster.node(2).set(&format!("{name}:fence"), "100");
+    proxies.set_mode(&[1], Mode::HoldAfter(1));
+    proxies.set_mode(&[2], Mode::Blackhole);
+
+    let mutex = redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.25) // 5 s per node: the test waits for no timeout
+        .with_fencing(true)
+        .with_fail_fast(true)
+        .with_tries(1);
+    let attempt = tokio::spawn(async move { mutex.try_lock().await });
+    // Node 0 took the raise to token 1: the token was chosen from nodes 0 and 1 alone.
+    support::eventually("node 0 took the raise", || counter(&cluster, 0, name) == 1).await;
+    cluster.node(1).del(name);
+    proxies.set_mode(&[1, 2], Mode::Pass);
+
+    match attempt.await.expect("no panic") {
+        Err(Error::NoQuorum { ok, failures, .. }) => {
+            assert_eq!(ok, 1);
+            let kinds: Vec<(usize, bool)> = failures
+                .iter()
+                .map(|f| (f.node, matches!(f.kind, NodeErrorKind::NotCounted)))
+                .collect();
+            assert_eq!(kinds, [(1, false), (2, true)], "{failures:?}");
+            assert!(matches!(failures[0].kind, NodeErrorKind::Missing));
+        }
+        Ok(lock) => panic!(
+            "handed out token {:?} on a raise quorum with node 2, whose counter ({}) was not counted",
+            lock.token(),
+            counter(&cluster, 2, name)
+        ),
+        Err(other) => panic!("expected NoQuorum, got {other:?}"),
     }
 }

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use crate::hub::Place;
 use crate::mutex::Mutex;
 use crate::node;
 use crate::settings::Plan;
-use crate::wake::Place;
 
 /// One `lock()` call's waiting by release notices.
 pub(crate) struct NoticeWait<'a> {
@@ -43,6 +43,10 @@ impl<'a> NoticeWait<'a> {
         let delay = self.plan.retry_delay_after(1);
         self.woken = wait_in_line(self.mutex, self.plan, &place, delay).await;
         self.place = Some(place);
+    }
+
+    pub(crate) fn plan(&self) -> &'a Plan {
+        self.plan
     }
 
     pub(crate) fn attempt_starts(&mut self, started: Instant) {

@@ -8,7 +8,8 @@
 //! jumped. Everything is cleaned up on drop.
 //!
 //! Faults of the network between one client and one node come from a [`Proxy`] in front of the
-//! node, switched at run time between the [`Mode`]s pass, delay, blackhole and reset.
+//! node, switched at run time between the [`Mode`]s pass, delay, blackhole, reset, and hold-after
+//! (a blackhole that begins after a given number of requests).
 //! [`Cluster::proxies`] gives one client a proxy per node ([`Proxies`]), so two clients can see
 //! different partitions of the same cluster.
 //!

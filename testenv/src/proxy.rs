@@ -7,7 +7,8 @@ use std::fmt;
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener};
-use std::sync::{Mutex, OnceLock, PoisonError, mpsc};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -29,7 +30,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// What a [`Proxy`] does with the bytes it reads, set with [`Proxy::set_mode`].
 ///
 /// A mode applies to every byte read after [`set_mode`](Proxy::set_mode) returns, in both
-/// directions, on current connections and new ones alike. Bytes already read and not yet forwarded
+/// directions unless it says otherwise, on current connections and new ones alike. Bytes already read and not yet forwarded
 /// (because of a delay or a blackhole) are forwarded under the new mode.
 ///
 /// # Default
@@ -70,6 +71,16 @@ pub enum Mode {
     /// once, so a client sees the error on its first read or write (a Redis client usually does
     /// one while connecting). Bytes held by a delay or a blackhole are discarded.
     Reset,
+    /// Forwards the next `n` chunks of bytes that clients send, then holds what they send after
+    /// them, as a [`Blackhole`](Mode::Blackhole) does; replies pass as they come. The fault of a
+    /// partition that begins at a chosen request: the requests before it, and their replies, get
+    /// through.
+    ///
+    /// Chunks are counted over all of the proxy's connections, from the moment the mode is set
+    /// (setting it again starts a new count). A request a client writes on its own, such as one
+    /// sent after the reply to the one before, is one chunk; requests written together may arrive
+    /// as one. A connection accepted in this mode is connected to the node at once.
+    HoldAfter(u32),
 }
 
 /// A TCP proxy on `127.0.0.1` in front of one node, whose [`Mode`] can be switched at run time.
@@ -107,6 +118,8 @@ pub struct Proxy {
     target_port: u16,
     /// The only sender: dropping it tells the proxy's tasks to stop.
     mode: watch::Sender<Mode>,
+    /// Under [`Mode::HoldAfter`], how many more chunks from clients may pass.
+    requests: Arc<AtomicU32>,
     /// Disconnected once every task of the proxy has ended, so its sockets are closed. In a
     /// `Mutex` only to make the proxy `Sync`.
     stopped: Mutex<mpsc::Receiver<()>>,
@@ -158,13 +171,16 @@ impl Proxy {
                 .map_err(|e| Error::io("registering a proxy's listener", e))?
         };
         let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let requests = Arc::new(AtomicU32::new(0));
         let (stopped_tx, stopped) = mpsc::sync_channel(0);
         let target = SocketAddr::from((Ipv4Addr::LOCALHOST, target_port));
-        runtime.spawn(accept_loop(listener, target, mode_rx, stopped_tx));
+        let counter = Arc::clone(&requests);
+        runtime.spawn(accept_loop(listener, target, mode_rx, counter, stopped_tx));
         Ok(Proxy {
             port,
             target_port,
             mode,
+            requests,
             stopped: Mutex::new(stopped),
         })
     }
@@ -190,6 +206,10 @@ impl Proxy {
     /// runtime), but no byte read after this returns is forwarded, and every connection accepted
     /// after it is reset.
     pub fn set_mode(&self, mode: Mode) {
+        if let Mode::HoldAfter(n) = mode {
+            // Before the mode, so that no chunk sees the mode with the old count.
+            self.requests.store(n, Ordering::SeqCst);
+        }
         self.mode.send_replace(mode);
     }
 
@@ -315,6 +335,7 @@ async fn accept_loop(
     listener: TcpListener,
     target: SocketAddr,
     mut mode: watch::Receiver<Mode>,
+    requests: Arc<AtomicU32>,
     stopped: mpsc::SyncSender<()>,
 ) {
     let mut connections = JoinSet::new();
@@ -323,8 +344,9 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
                     let (mode, stopped) = (mode.clone(), stopped.clone());
+                    let requests = Arc::clone(&requests);
                     connections.spawn(async move {
-                        serve(client, target, mode).await;
+                        serve(client, target, mode, &requests).await;
                         drop(stopped);
                     });
                 }
@@ -345,7 +367,12 @@ async fn accept_loop(
 
 /// Relays one client connection to the target until either side ends it, the mode becomes
 /// [`Mode::Reset`] or the proxy is dropped.
-async fn serve(mut client: TcpStream, target: SocketAddr, mode: watch::Receiver<Mode>) {
+async fn serve(
+    mut client: TcpStream,
+    target: SocketAddr,
+    mode: watch::Receiver<Mode>,
+    requests: &AtomicU32,
+) {
     let mut watcher = mode.clone();
     // Until connected, the client's bytes wait in the kernel's buffers: held, like a blackhole's.
     let upstream = tokio::select! {
@@ -360,7 +387,7 @@ async fn serve(mut client: TcpStream, target: SocketAddr, mode: watch::Receiver<
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     tokio::select! {
-        _ = relay(&mut client, &mut upstream, &mode) => {}
+        _ = relay(&mut client, &mut upstream, &mode, requests) => {}
         () = closing(&mut watcher) => {}
     }
     // Decided from the mode, not from the branch: a relay that fails because it saw the reset
@@ -390,23 +417,31 @@ async fn closing(mode: &mut watch::Receiver<Mode>) {
     let _ = mode.wait_for(|m| *m == Mode::Reset).await;
 }
 
+/// Takes one from `left` unless it is 0; whether it did.
+fn take_one(left: &AtomicU32) -> bool {
+    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
 /// Makes dropping the socket send a TCP `RST` instead of a `FIN`.
 fn reset(stream: &TcpStream) {
     // Failing leaves an ordinary close, which the peer sees as an error too.
     let _ = stream.set_zero_linger();
 }
 
-/// Forwards both ways until both directions have ended, or either fails.
+/// Forwards both ways until both directions have ended, or either fails. `requests` counts the
+/// chunks from the client under [`Mode::HoldAfter`].
 async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
     mode: &watch::Receiver<Mode>,
+    requests: &AtomicU32,
 ) -> io::Result<()> {
     let (mut from_client, mut to_client) = client.split();
     let (mut from_node, mut to_node) = upstream.split();
     tokio::try_join!(
-        pump(&mut from_client, &mut to_node, mode.clone()),
-        pump(&mut from_node, &mut to_client, mode.clone()),
+        pump(&mut from_client, &mut to_node, mode.clone(), Some(requests)),
+        pump(&mut from_node, &mut to_client, mode.clone(), None),
     )?;
     Ok(())
 }
@@ -415,11 +450,13 @@ async fn relay(
 /// end of the input, writes what is left and ends the output.
 ///
 /// Reading and writing are separate, joined by a queue, so a delayed or held chunk never stops the
-/// chunks after it from being read (and timed from their own reads).
+/// chunks after it from being read (and timed from their own reads). `requests` is the count of
+/// [`Mode::HoldAfter`] for the client's direction, `None` for the node's.
 async fn pump(
     from: &mut (impl AsyncRead + Unpin),
     to: &mut (impl AsyncWrite + Unpin),
     mut mode: watch::Receiver<Mode>,
+    requests: Option<&AtomicU32>,
 ) -> io::Result<()> {
     let (chunks, mut pending) = queue::unbounded_channel::<(Instant, Vec<u8>)>();
     let read = async move {
@@ -436,7 +473,7 @@ async fn pump(
     };
     let write = async move {
         while let Some((read_at, chunk)) = pending.recv().await {
-            wait_to_forward(&mut mode, read_at).await?;
+            wait_to_forward(&mut mode, read_at, requests).await?;
             to.write_all(&chunk).await?;
         }
         to.shutdown().await
@@ -446,16 +483,26 @@ async fn pump(
 }
 
 /// Waits until a chunk read at `read_at` may be forwarded under the mode, which may change
-/// meanwhile.
+/// meanwhile. A chunk from the client (`requests` is `Some`) that passes under
+/// [`Mode::HoldAfter`] takes one from its count.
 ///
 /// # Errors
 ///
 /// If the mode becomes [`Mode::Reset`] or the proxy is dropped: the chunk must not be forwarded.
-async fn wait_to_forward(mode: &mut watch::Receiver<Mode>, read_at: Instant) -> io::Result<()> {
+async fn wait_to_forward(
+    mode: &mut watch::Receiver<Mode>,
+    read_at: Instant,
+    requests: Option<&AtomicU32>,
+) -> io::Result<()> {
     loop {
         // `None`: held until the mode changes.
         let forward_at = match *mode.borrow_and_update() {
             Mode::Pass => return Ok(()),
+            Mode::HoldAfter(_) => match requests {
+                None => return Ok(()),
+                Some(left) if take_one(left) => return Ok(()),
+                Some(_) => None,
+            },
             Mode::Delay(delay) => read_at.checked_add(delay),
             Mode::Blackhole => None,
             Mode::Reset => return Err(io::ErrorKind::ConnectionReset.into()),

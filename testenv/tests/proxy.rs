@@ -51,6 +51,15 @@ fn read_replies(
     (String::from_utf8(reply).unwrap(), reached)
 }
 
+/// Asserts that nothing comes back on `stream` within its read timeout: the request is held.
+fn assert_no_reply(stream: &mut TcpStream) {
+    let err = stream.read(&mut [0u8; 64]).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err:?}"
+    );
+}
+
 /// Waits up to 1 s for `condition`.
 fn eventually(what: &str, condition: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -192,11 +201,7 @@ fn blackhole_holds_new_connections_and_replies_come_back_in_order() {
     stream
         .write_all(b"SET k first\r\nSET k second\r\nGET k\r\n")
         .unwrap();
-    let err = stream.read(&mut [0u8; 64]).unwrap_err();
-    assert!(
-        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
-        "{err:?}"
-    );
+    assert_no_reply(&mut stream);
     assert!(!node.exists("k"));
 
     proxy.set_mode(Mode::Pass);
@@ -230,6 +235,55 @@ fn bytes_held_by_a_blackhole_follow_a_delay_after_it() {
     let waited = at[0] - released;
     assert!(waited >= Duration::from_millis(400), "{waited:?}");
     assert!(waited < Duration::from_millis(650), "{waited:?}");
+}
+
+#[test]
+fn hold_after_lets_n_requests_through_then_holds_the_rest() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+    let proxy = Proxy::start(node.port());
+    let mut stream = raw(&proxy, Duration::from_millis(200));
+    // Before the mode is set: not counted.
+    stream.write_all(b"PING\r\n").unwrap();
+    read_replies(&mut stream, 7, &[]);
+
+    proxy.set_mode(Mode::HoldAfter(2));
+    assert_eq!(proxy.mode(), Mode::HoldAfter(2));
+    // Two requests get through, and so do their replies.
+    for key in ["a", "b"] {
+        stream
+            .write_all(format!("SET {key} 1\r\n").as_bytes())
+            .unwrap();
+        let (reply, _) = read_replies(&mut stream, 5, &[]);
+        assert_eq!(reply, "+OK\r\n");
+    }
+    // The third is held, as a blackhole holds it.
+    stream.write_all(b"SET c 1\r\n").unwrap();
+    assert_no_reply(&mut stream);
+    assert!(!node.exists("c"));
+
+    // Setting the mode again starts a new count: the held request goes, in order.
+    proxy.set_mode(Mode::HoldAfter(1));
+    let (reply, _) = read_replies(&mut stream, 5, &[]);
+    assert_eq!(reply, "+OK\r\n");
+    assert!(node.exists("c"));
+
+    // A new connection reaches the node at once (the node lists a connection that has sent no
+    // command yet), but the count is the proxy's: nothing is left for its request.
+    let mut second = raw(&proxy, Duration::from_millis(200));
+    eventually("the new connection reaches the node", || {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut node.connection())
+            .unwrap();
+        list.contains("cmd=NULL")
+    });
+    second.write_all(b"SET d 1\r\n").unwrap();
+    assert_no_reply(&mut second);
+    assert!(!node.exists("d"));
+
+    proxy.set_mode(Mode::Pass);
+    eventually("the held request reaches the node", || node.exists("d"));
 }
 
 #[test]
@@ -302,11 +356,7 @@ fn proxies_of_two_clients_are_independent() {
 
     let mut through_a = raw(a.proxy(0), Duration::from_millis(200));
     through_a.write_all(b"PING\r\n").unwrap();
-    let err = through_a.read(&mut [0u8; 16]).unwrap_err();
-    assert!(
-        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
-        "{err:?}"
-    );
+    assert_no_reply(&mut through_a);
     let mut a1 = connect(&a.urls()[1], Duration::from_secs(2));
     assert_eq!(ping(&mut a1).unwrap(), "PONG");
 

@@ -1,0 +1,445 @@
+//! Fair waiting (`Mutex::with_fair`): one line per name across every client, served in the order
+//! the waiters joined it, where a release wakes only the waiter whose turn it is.
+//!
+//! # The protocol
+//! Every node keeps a line per name (see `scripts::fair`): waiters' lock values scored by tickets,
+//! each entry expiring unless its waiter renews it. A waiter's *round*, sent to every node at once,
+//! takes the lock on a node where it is free and nobody is ahead in line (or where it was handed
+//! to us), and otherwise joins the line, or renews its place. A node gives a new waiter a ticket
+//! above every ticket it gave before: the one the waiter offers (one above the highest its client
+//! heard of), or the next free one if others took that meanwhile. A waiter whose tickets differ
+//! between nodes (it joined alongside others) moves its places back to its highest ticket in one
+//! more round, so that every node orders the waiters the same way (ties by value).
+//!
+//! A release hands the lock to the head of the node's line at once: the node sets the key to the
+//! head's value for what is left of the head's entry, and publishes a notice that names the head
+//! (by the SHA1 of its value). Only the head's client wakes, only the head's call in it; once a
+//! quorum of nodes handed it the lock, it holds the lock without sending anything.
+//!
+//! # Why it is safe, and fair
+//! - *Mutual exclusion* is the mutex's: a node's key holds one value at a time, whoever set it, and
+//!   a holder needs a quorum of keys. A handed key lives until the head's entry would have expired:
+//!   the waiter renewed that entry in a round that began at a moment it knows, so it knows how long
+//!   each handed key lives without asking, and counts validity from there (expiry minus drift, as
+//!   for any lock). Fair waiting only adds reasons to refuse; it never sets a key a plain acquire
+//!   would not, except to the head, which is then the only one that can hold it there.
+//! - *No overtaking.* Say waiter A stands on a quorum `QA` with ticket `a` before waiter C begins
+//!   to join. Every node of `QA` has given ticket `a`, so it gives C a ticket above `a`, and C only
+//!   ever moves back: C is behind A on every node of `QA`. To get the lock, C needs a quorum of
+//!   nodes that hand or grant it to C, so at least one node of `QA`, where the live A is ahead. So C
+//!   cannot hold before A has held, as long as A renews its entries (a live waiter does, every third
+//!   of the expiry) and nodes keep their data. A waiter that is in line on a minority only has no
+//!   such claim: it was never in line for a quorum.
+//! - *Progress.* Once tickets agree, the first live waiter standing on a quorum is first in line
+//!   on every node where it stands, so every release there hands it the lock. A waiter that reaches
+//!   fewer than a quorum of nodes cannot be served and would hold others up where it was handed the
+//!   lock: it gives back what it was handed and tries again later. A waiter that crashed stops
+//!   renewing; its entries expire after one expiry, and the line moves on.
+//!
+//! Waiting costs one round to join (the first attempt, which fails, is that round) and nothing to
+//! be served; a waiter renews its place every third of the expiry. A key that expires without a
+//! release (its holder crashed) hands nothing: the head finds the lock free at its next round.
+
+use std::time::{Duration, Instant};
+
+use crate::error::NodeErrorKind;
+use crate::hub::{Subscribing, Turn};
+use crate::mutex::Mutex;
+use crate::node::Op;
+use crate::quorum::{Tally, validity};
+use crate::scripts::fair::fingerprint;
+use crate::settings::Plan;
+
+use super::Resume;
+
+/// What one waiter knows of its standing on each node, and since when. Pure: times are passed in.
+#[derive(Debug, Clone)]
+pub(crate) struct Standing {
+    /// Nodes whose agreement holds the lock.
+    quorum: usize,
+    /// Per node: the start of the last round that renewed our entry there, while we are in line
+    /// there. The entry lives at least an expiry from that moment.
+    renewed: Vec<Option<Instant>>,
+    /// Per node: our ticket there, while we are in line there.
+    tickets: Vec<Option<u64>>,
+    /// Per node: a moment from which the key holding our value there lives at least an expiry:
+    /// the start of the round that took or extended it, or, for a key handed to us, the renewal
+    /// of the entry it was handed for.
+    granted: Vec<Option<Instant>>,
+    /// A grant notice came from a node we had no renewal time for: a round must confirm it.
+    unconfirmed: bool,
+}
+
+/// One node's reply to a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The lock is ours there (taken or extended by this round).
+    Granted,
+    /// We wait in line there, with this ticket.
+    InLine { ticket: u64 },
+    /// No definite answer (an error or a timeout).
+    Unknown,
+}
+
+/// What a waiter does after a round that did not get it the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// It stands in line on a quorum, with one ticket: wait to be served.
+    Wait,
+    /// Its tickets differ between nodes (it joined alongside others): a round at once moves its
+    /// places back to its highest ticket, so that every node orders it the same way.
+    Align,
+    /// It reaches fewer than a quorum of nodes: give back what it was handed (others may need
+    /// those nodes), and try again after the retry delay.
+    Retreat,
+}
+
+impl Standing {
+    pub(crate) fn new(nodes: usize, quorum: usize) -> Standing {
+        Standing {
+            quorum,
+            renewed: vec![None; nodes],
+            tickets: vec![None; nodes],
+            granted: vec![None; nodes],
+            unconfirmed: false,
+        }
+    }
+
+    /// Takes in the replies of a round that began at `started`.
+    pub(crate) fn round(&mut self, started: Instant, replies: &[Reply]) {
+        self.unconfirmed = false;
+        for (node, reply) in replies.iter().enumerate() {
+            match *reply {
+                Reply::Granted => {
+                    self.granted[node] = Some(started);
+                    self.renewed[node] = None;
+                    self.tickets[node] = None;
+                }
+                Reply::InLine { ticket } => {
+                    self.granted[node] = None;
+                    self.renewed[node] = Some(started);
+                    self.tickets[node] = Some(ticket);
+                }
+                // Whatever the round did there may or may not have happened; what we knew
+                // before still bounds it from below.
+                Reply::Unknown => {}
+            }
+        }
+    }
+
+    /// A notice said `node` handed us the lock.
+    pub(crate) fn handed(&mut self, node: usize) {
+        self.tickets[node] = None;
+        match self.renewed[node].take() {
+            Some(renewed) => self.granted[node] = Some(renewed),
+            None if self.granted[node].is_none() => self.unconfirmed = true,
+            None => {}
+        }
+    }
+
+    /// With a quorum of keys ours, the moment from which all of them live at least an expiry.
+    pub(crate) fn held_from(&self) -> Option<Instant> {
+        let granted: Vec<Instant> = self.granted.iter().flatten().copied().collect();
+        (granted.len() >= self.quorum)
+            .then(|| granted.into_iter().min())
+            .flatten()
+    }
+
+    /// Whether a grant came that only a round can confirm.
+    pub(crate) fn unconfirmed(&self) -> bool {
+        self.unconfirmed
+    }
+
+    /// The ticket all our places should carry: the highest we have anywhere.
+    pub(crate) fn ticket(&self) -> Option<u64> {
+        self.tickets.iter().flatten().copied().max()
+    }
+
+    /// What to do after a round that did not get the lock.
+    pub(crate) fn next(&self) -> Next {
+        let reached = (0..self.granted.len())
+            .filter(|&node| self.granted[node].is_some() || self.renewed[node].is_some())
+            .count();
+        let ticket = self.ticket();
+        if reached < self.quorum {
+            Next::Retreat
+        } else if self.tickets.iter().flatten().any(|&t| Some(t) != ticket) {
+            Next::Align
+        } else {
+            Next::Wait
+        }
+    }
+
+    /// Forgets everything: after giving back what we had.
+    pub(crate) fn clear(&mut self) {
+        self.renewed.iter_mut().for_each(|r| *r = None);
+        self.tickets.iter_mut().for_each(|t| *t = None);
+        self.granted.iter_mut().for_each(|g| *g = None);
+        self.unconfirmed = false;
+    }
+}
+
+/// Each node's reply to a round, from its tally (which tracks nodes for rounds).
+fn replies(tally: &Tally) -> Vec<Reply> {
+    let mut replies = vec![Reply::Unknown; tally.total];
+    for &node in &tally.ours_nodes {
+        replies[node] = Reply::Granted;
+    }
+    for failure in &tally.failures {
+        if let NodeErrorKind::InLine { ticket } = failure.kind {
+            replies[failure.node] = Reply::InLine { ticket };
+        }
+    }
+    replies
+}
+
+/// One `lock()` call's fair waiting.
+pub(crate) struct FairWait<'a> {
+    mutex: &'a Mutex,
+    plan: &'a Plan,
+    standing: Standing,
+    /// What to do after the last round.
+    next: Next,
+    /// Our slot in the client's hub: grant notices and hints. `None` without listeners.
+    turn: Option<Turn>,
+    /// The subscription to the name's notices, when this call started it: one more round once it
+    /// is confirmed catches a hand-off that came before.
+    subscribing: Option<Subscribing>,
+    /// The fingerprint of the value of the current (or next) round: grant notices name us by it.
+    fingerprint: String,
+    /// When the call stops waiting: as long as a polling `lock()` would wait between its tries.
+    gives_up_at: Instant,
+    /// When the last round began: a renewal is due a third of the expiry later.
+    last_round: Instant,
+}
+
+/// A waiter renews its place this many times per expiry, so a renewal is done well before the
+/// place could expire, even with a slow node.
+const RENEWALS_PER_EXPIRY: u32 = 3;
+
+impl<'a> FairWait<'a> {
+    pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan, tries: u32) -> FairWait<'a> {
+        let nodes = mutex.redlock().len();
+        let budget: Duration = (1..tries).map(|n| plan.retry_delay_after(n)).sum();
+        let now = Instant::now();
+        FairWait {
+            mutex,
+            plan,
+            standing: Standing::new(nodes, mutex.target().quorum(nodes)),
+            next: Next::Wait,
+            turn: None,
+            subscribing: None,
+            fingerprint: String::new(),
+            gives_up_at: now + budget,
+            last_round: now,
+        }
+    }
+
+    /// A round with `value` begins.
+    pub(crate) fn attempt_starts(&mut self, value: &str) {
+        let fingerprint = fingerprint(value);
+        if fingerprint != self.fingerprint {
+            if let Some(turn) = &mut self.turn {
+                turn.rename(&fingerprint);
+            }
+            self.fingerprint = fingerprint;
+        }
+    }
+
+    /// The round's request: in line, our highest ticket (so every place carries it); joining, one
+    /// above every ticket this client heard of, which nodes take as it is unless others took it
+    /// meanwhile.
+    pub(crate) fn op(&mut self) -> Op {
+        let ticket = match self.standing.ticket() {
+            Some(ticket) => ticket,
+            None => self.heard(0) + 1,
+        };
+        Op::Round { ticket }
+    }
+
+    /// The highest ticket this client heard of for the name, counting `seen`.
+    fn heard(&self, seen: u64) -> u64 {
+        match self.mutex.redlock().running_hub() {
+            Some(hub) => hub.latest_ticket(self.mutex.name_arc(), seen),
+            None => seen,
+        }
+    }
+
+    /// Takes in a round's replies; whether what the round set stays (our places in line, and keys
+    /// handed to us). On the last round nothing stays: the call leaves the line.
+    pub(crate) fn observe(&mut self, tally: &Tally, started: Instant, last: bool) -> bool {
+        self.last_round = started;
+        self.standing.round(started, &replies(tally));
+        if let Some(ticket) = self.standing.ticket() {
+            self.heard(ticket);
+        }
+        self.next = self.standing.next();
+        let keep = !last && self.next != Next::Retreat;
+        if !keep {
+            self.standing.clear();
+        }
+        keep
+    }
+
+    /// Whether the call must stop: its waiting time is up.
+    pub(crate) fn is_last(&self) -> bool {
+        Instant::now() >= self.gives_up_at
+    }
+
+    /// Waits until a round is due, or a quorum of nodes handed us the lock.
+    pub(crate) async fn wait(&mut self) -> Resume {
+        match self.next {
+            Next::Align => return Resume::Attempt,
+            Next::Retreat => {
+                let delay = self.plan.retry_delay_after(1);
+                tokio::time::sleep(delay).await;
+                return Resume::Attempt;
+            }
+            Next::Wait => {}
+        }
+        if self.turn.is_none() {
+            self.join();
+        }
+        if let Some(subscribing) = self.subscribing.take() {
+            subscribing.confirmed(self.plan.node_timeout).await;
+            return Resume::Attempt;
+        }
+        let renewal = self.last_round + self.plan.expiry / RENEWALS_PER_EXPIRY;
+        let due = tokio::time::Instant::from(renewal.min(self.gives_up_at));
+        loop {
+            if let Some(resume) = self.news() {
+                return resume;
+            }
+            let Some(turn) = &self.turn else {
+                // No listeners (connections the caller built): nobody tells us of a hand-off,
+                // so a round every retry delay finds it.
+                let delay = self.plan.retry_delay_after(1);
+                let poll = tokio::time::Instant::now() + delay;
+                tokio::time::sleep_until(due.min(poll)).await;
+                return Resume::Attempt;
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => return Resume::Attempt,
+                () = turn.notified() => {}
+            }
+        }
+    }
+
+    /// What the notices since the last look mean: the lock is ours, a round is due, or nothing.
+    fn news(&mut self) -> Option<Resume> {
+        let turn = self.turn.as_ref()?;
+        let (handed, freed) = turn.take_news();
+        for node in handed {
+            self.standing.handed(node);
+        }
+        if let Some(from) = self.standing.held_from() {
+            let left = validity(self.plan.expiry, from.elapsed(), self.plan.drift_factor);
+            return Some(match left {
+                Some(left) => Resume::Granted(Instant::now() + left),
+                // Handed too late to use: a round extends what is ours.
+                None => Resume::Attempt,
+            });
+        }
+        (freed || self.standing.unconfirmed()).then_some(Resume::Attempt)
+    }
+
+    /// Takes a slot in the client's hub for the name, and subscribes to its notices.
+    fn join(&mut self) {
+        let Some(hub) = self.mutex.redlock().hub() else {
+            return;
+        };
+        let (turn, subscribing) = hub.take_turn(self.mutex.name_arc(), &self.fingerprint);
+        self.turn = Some(turn);
+        self.subscribing = subscribing;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn line(ticket: u64) -> Reply {
+        Reply::InLine { ticket }
+    }
+
+    #[test]
+    fn a_quorum_of_keys_holds_from_the_earliest() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[line(4), line(4), line(4)]);
+        assert_eq!(standing.next(), Next::Wait);
+        assert_eq!(standing.held_from(), None);
+        standing.round(t0 + 10 * MS, &[line(4), Reply::Unknown, Reply::Granted]);
+        standing.handed(0);
+        // Node 0 was handed the lock for an entry renewed at t0 + 10 ms, node 2 granted then.
+        assert_eq!(standing.held_from(), Some(t0 + 10 * MS));
+    }
+
+    #[test]
+    fn a_handed_key_lives_from_the_renewal_it_was_handed_for() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[line(4), line(4), line(4)]);
+        standing.round(t0 + 5 * MS, &[Reply::Unknown, line(4), line(4)]);
+        standing.handed(0);
+        standing.handed(1);
+        // Node 0's last renewal we know of is t0 (its reply to the second round never came).
+        assert_eq!(standing.held_from(), Some(t0));
+    }
+
+    #[test]
+    fn a_grant_without_a_known_renewal_needs_a_round() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[line(1), Reply::Unknown, line(1)]);
+        standing.handed(1);
+        assert!(standing.unconfirmed());
+        standing.handed(0);
+        assert_eq!(standing.held_from(), None, "node 1 cannot count");
+        standing.round(t0 + MS, &[Reply::Granted, Reply::Granted, line(1)]);
+        assert!(!standing.unconfirmed());
+        assert_eq!(standing.held_from(), Some(t0 + MS));
+    }
+
+    #[test]
+    fn places_with_different_tickets_are_aligned_to_the_highest() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(5, 3);
+        // Joined alongside another waiter: two nodes took the other one first.
+        standing.round(t0, &[line(7), line(8), line(7), line(8), Reply::Unknown]);
+        assert_eq!(standing.next(), Next::Align);
+        assert_eq!(standing.ticket(), Some(8));
+        standing.round(
+            t0 + MS,
+            &[line(8), line(8), line(8), line(8), Reply::Unknown],
+        );
+        assert_eq!(standing.next(), Next::Wait);
+    }
+
+    #[test]
+    fn a_waiter_reaching_a_minority_retreats() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(5, 3);
+        let down = Reply::Unknown;
+        standing.round(t0, &[line(2), Reply::Granted, down, down, down]);
+        assert_eq!(standing.next(), Next::Retreat, "two of five");
+        standing.clear();
+        assert_eq!(standing.ticket(), None);
+        standing.round(t0 + MS, &[line(2), Reply::Granted, line(2), down, down]);
+        assert_eq!(standing.next(), Next::Wait);
+    }
+
+    #[test]
+    fn losing_a_key_is_forgotten() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[Reply::Granted, Reply::Granted, line(3)]);
+        assert_eq!(standing.held_from(), Some(t0));
+        // Node 1's key expired and the node took us into its line again.
+        standing.round(t0 + MS, &[Reply::Granted, line(5), line(3)]);
+        assert_eq!(standing.held_from(), None);
+        assert_eq!(standing.next(), Next::Align);
+    }
+}

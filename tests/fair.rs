@@ -1,0 +1,344 @@
+//! Fair waiting (`Mutex::with_fair`): one line per name across clients, served in the order the
+//! waiters joined it, through crashes and node faults, and still mutually exclusive.
+
+mod support;
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use redmutex::{Error, Mutex, Redlock};
+use support::history::History;
+use support::{client, eventually, present};
+use testenv::{Cluster, Mode};
+
+/// A fair mutex with a 2 s expiry (renewals every 0.67 s), a generous node timeout, and tries
+/// enough to wait in line for a while (the retry delays add up to the time in line).
+fn fair(redlock: &Redlock, name: &str) -> Mutex {
+    redlock
+        .new_mutex(name)
+        .with_fair(true)
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_retry_delay(Duration::from_millis(50))
+        .with_tries(400)
+}
+
+/// The order in which the waiters got the lock, filled by `serve`.
+type Order = Arc<StdMutex<Vec<usize>>>;
+
+/// Waiter `i`: takes the lock, notes its turn in `order` and in `history`, holds it for `hold`.
+fn serve(
+    i: usize,
+    mutex: Mutex,
+    hold: Duration,
+    order: &Order,
+    history: &Arc<History>,
+) -> tokio::task::JoinHandle<()> {
+    let (order, history) = (Arc::clone(order), Arc::clone(history));
+    tokio::spawn(async move {
+        let lock = mutex.lock().await.expect("served in line");
+        let from = Instant::now();
+        order.lock().expect("not poisoned").push(i);
+        tokio::time::sleep(hold).await;
+        let until = Instant::now();
+        history.record(&i.to_string(), from, until, lock.valid_until());
+        lock.unlock().await.expect("unlock");
+    })
+}
+
+/// Whether `name`'s line on `node` has an entry for anybody.
+fn line_len(cluster: &Cluster, node: usize, name: &str) -> i64 {
+    let mut connection = cluster.node(node).connection();
+    redis::cmd("ZCARD")
+        .arg(format!("{name}:line"))
+        .query(&mut connection)
+        .expect("ZCARD")
+}
+
+/// Eight clients, one waiter each, joining 20 ms apart while the lock is held: they get it in the
+/// order they joined, every time.
+#[tokio::test]
+async fn waiters_of_many_clients_are_served_in_join_order() {
+    let cluster = Cluster::start(5);
+    let holder = client(&cluster).await;
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(client(&cluster).await);
+    }
+    for round in 0..20 {
+        let name = format!("fair:order:{round}");
+        let held = fair(&holder, &name).lock().await.expect("free lock");
+        let (order, history) = (Order::default(), Arc::new(History::new()));
+        let mut waiters = Vec::new();
+        for (i, redlock) in clients.iter().enumerate() {
+            let mutex = fair(redlock, &name);
+            waiters.push(serve(i, mutex, Duration::from_millis(2), &order, &history));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        held.unlock().await.expect("unlock");
+        for waiter in waiters {
+            waiter.await.expect("waiter finished");
+        }
+        assert_eq!(
+            *order.lock().expect("not poisoned"),
+            (0..8).collect::<Vec<_>>(),
+            "round {round}"
+        );
+        history.assert_exclusive();
+        assert!(present(&cluster, &name).is_empty(), "round {round}");
+    }
+}
+
+/// A release hands the lock to the head of the line without a round trip of the waiter's: the
+/// nodes see one round to join and one release per waiter, nothing more.
+#[tokio::test]
+async fn a_hand_off_costs_the_waiter_no_round_trip() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster).await;
+    let waiter = client(&cluster).await;
+    let name = "fair:cost";
+    for round in 0..2 {
+        let held = fair(&holder, name).lock().await.expect("free lock");
+        let before = cluster.node(0).calls("evalsha");
+        let next = tokio::spawn({
+            let mutex = fair(&waiter, name);
+            async move { mutex.lock().await }
+        });
+        eventually("the waiter joined", || line_len(&cluster, 0, name) == 1).await;
+        // The first wait of a client on a name subscribes to its notices and then makes one more
+        // round, for a hand-off that came before the subscription; the name stays subscribed.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.unlock().await.expect("unlock");
+        let next = next.await.expect("no panic").expect("handed over");
+        assert!(next.valid_until() > Instant::now());
+        let calls = cluster.node(0).calls("evalsha") - before;
+        next.unlock().await.expect("unlock");
+        if round == 1 {
+            // Node 0 saw the waiter's round (it joined there) and the holder's release.
+            assert_eq!(calls, 2);
+        }
+    }
+    assert!(present(&cluster, name).is_empty());
+}
+
+/// The head of the line crashes: its renewals stop and its cleanup never arrives. The lock is
+/// handed to it on release, and once its entry expires the next waiter gets it; the rest keep
+/// their order.
+#[tokio::test]
+async fn a_crashed_head_is_passed_over_once_its_place_expires() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster).await;
+    let name = "fair:crash";
+    let held = fair(&holder, name).lock().await.expect("free lock");
+
+    // The waiter that will crash reaches the nodes through proxies, so its crash can take its
+    // cleanup with it.
+    let proxies = cluster.proxies();
+    let doomed = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    let crashed = tokio::spawn({
+        let mutex = fair(&doomed, name);
+        async move { mutex.lock().await }
+    });
+    eventually("the doomed waiter joined", || {
+        line_len(&cluster, 0, name) == 1
+    })
+    .await;
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let mutex = fair(&client(&cluster).await, name);
+        waiters.push(serve(i, mutex, Duration::from_millis(2), &order, &history));
+        let joined = i as i64 + 2;
+        eventually("joined", || line_len(&cluster, 0, name) == joined).await;
+    }
+    proxies.set_mode(&[0, 1, 2], Mode::Blackhole);
+    crashed.abort();
+    let crash = Instant::now();
+    held.unlock().await.expect("unlock");
+    for waiter in waiters {
+        waiter.await.expect("waiter finished");
+    }
+    let passed_over = crash.elapsed();
+    assert_eq!(*order.lock().expect("not poisoned"), [0, 1, 2]);
+    history.assert_exclusive();
+    // The crashed waiter's place lived at most one expiry; the next waiter's renewal (a third of
+    // an expiry) found the lock free.
+    assert!(
+        passed_over < Duration::from_secs(4),
+        "passed over after {passed_over:?}"
+    );
+    drop(proxies);
+}
+
+/// Waiters in line while a node is killed (and restarted later than the expiry, as Redlock
+/// requires) and another is paused: served in join order, never two at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_keeps_its_order_through_node_faults() {
+    let cluster = Arc::new(Cluster::start(5));
+    let name = "fair:faults";
+    let holder = client(&cluster).await;
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let mutex = fair(&client(&cluster).await, name);
+        waiters.push(serve(
+            i,
+            mutex,
+            Duration::from_millis(300),
+            &order,
+            &history,
+        ));
+        let joined = i as i64 + 1;
+        eventually("joined", || line_len(&cluster, 2, name) == joined).await;
+    }
+    cluster.node(0).kill();
+    let restart = cluster.node(0).restart_after(Duration::from_millis(2500));
+    held.unlock().await.expect("unlock");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    cluster.node(1).pause();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    cluster.node(1).resume();
+    for waiter in waiters {
+        waiter.await.expect("waiter finished");
+    }
+    assert!(restart.wait(), "node 0 restarted");
+    assert_eq!(
+        *order.lock().expect("not poisoned"),
+        (0..6).collect::<Vec<_>>()
+    );
+    history.assert_exclusive();
+}
+
+/// Fair and plain mutexes on one name exclude each other both ways, and under contention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_and_plain_mutexes_on_one_name_exclude_each_other() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "fair:mixed";
+    let plain = support::contended(&redlock, name);
+    let fair = fair(&redlock, name);
+
+    let held = fair.lock().await.expect("free lock");
+    assert!(matches!(plain.try_lock().await, Err(Error::Taken { .. })));
+    held.unlock().await.expect("unlock");
+    let held = plain.lock().await.expect("free lock");
+    assert!(matches!(fair.try_lock().await, Err(Error::Taken { .. })));
+    held.unlock().await.expect("unlock");
+
+    let history = Arc::new(History::new());
+    let mut tasks = Vec::new();
+    for task in 0..8 {
+        let mutex = if task % 2 == 0 {
+            fair.clone()
+        } else {
+            plain.clone()
+        };
+        let history = Arc::clone(&history);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let lock = mutex.lock().await.expect("lock under contention");
+                let from = Instant::now();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                history.record(&task.to_string(), from, Instant::now(), lock.valid_until());
+                lock.unlock().await.expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task finished");
+    }
+    assert_eq!(history.len(), 80);
+    history.assert_exclusive();
+}
+
+/// 8 tasks on each of 4 clients make 25 non-atomic increments each under a fair lock: none is lost,
+/// and no two critical sections overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_increments_are_never_lost() {
+    let cluster = Cluster::start(5);
+    let counter = Cluster::start(1);
+    let history = Arc::new(History::new());
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let redlock = client(&cluster).await;
+        for _ in 0..8 {
+            let mutex = fair(&redlock, "fair:counter").with_tries(100_000);
+            let url = counter.node(0).url();
+            let history = Arc::clone(&history);
+            let task = tasks.len();
+            tasks.push(tokio::spawn(async move {
+                let mut store = redis::Client::open(url)
+                    .expect("valid URL")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("counter node is up");
+                for _ in 0..25 {
+                    let lock = mutex.lock().await.expect("served in line");
+                    let from = Instant::now();
+                    let value: Option<u64> = store.get("count").await.expect("GET");
+                    tokio::task::yield_now().await; // widen the race window
+                    let _: () = store
+                        .set("count", value.unwrap_or(0) + 1)
+                        .await
+                        .expect("SET");
+                    history.record(&task.to_string(), from, Instant::now(), lock.valid_until());
+                    lock.unlock().await.expect("unlock");
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task finished");
+    }
+    assert_eq!(counter.node(0).get("count").as_deref(), Some("800"));
+    history.assert_exclusive();
+}
+
+/// A waiter that gives up (its time in line is over), one that makes a single attempt, and one
+/// whose call is dropped all leave the line: nothing of theirs is left on any node.
+#[tokio::test]
+async fn waiters_that_stop_waiting_leave_the_line() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "fair:leave";
+    let held = fair(&redlock, name).lock().await.expect("free lock");
+
+    let impatient = fair(&redlock, name).with_tries(3);
+    let started = Instant::now();
+    assert!(matches!(impatient.lock().await, Err(Error::Taken { .. })));
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(matches!(
+        fair(&redlock, name).try_lock().await,
+        Err(Error::Taken { .. })
+    ));
+    let cancelled = tokio::spawn({
+        let mutex = fair(&redlock, name);
+        async move { mutex.lock().await }
+    });
+    eventually("the waiter joined", || line_len(&cluster, 0, name) == 1).await;
+    cancelled.abort();
+    eventually("every waiter left", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 0)
+    })
+    .await;
+    held.unlock().await.expect("unlock");
+    assert!(present(&cluster, name).is_empty());
+}
+
+/// Fair waiting and fencing do not combine yet: a clear configuration error, before any I/O.
+#[tokio::test]
+async fn fair_with_fencing_is_a_configuration_error() {
+    let redlock = Redlock::connect(["redis://127.0.0.1:1/"])
+        .await
+        .expect("URL parses");
+    let mutex = redlock
+        .new_mutex("fair:fenced")
+        .with_fair(true)
+        .with_fencing(true);
+    assert!(matches!(
+        mutex.lock().await,
+        Err(Error::Config { field, .. }) if field == "fair"
+    ));
+}
