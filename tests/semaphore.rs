@@ -5,19 +5,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redmutex::{Error, NodeErrorKind, Redlock, Semaphore};
-use support::{cleared_within, client, quick, within};
+use redmutex::{Error, NodeErrorKind, Redlock};
+use support::{cleared_within, client, quick, quick_semaphore, within};
 use testenv::Cluster;
-
-/// A semaphore with a short expiry (2 s), a generous node timeout (500 ms) and quick retries.
-fn quick_semaphore(redlock: &Redlock, name: &str, permits: u32) -> Semaphore {
-    redlock
-        .new_semaphore(name, permits)
-        .with_expiry(Duration::from_secs(2))
-        .with_timeout_factor(0.25)
-        .with_retry_delay(Duration::from_millis(5))
-        .with_tries(3)
-}
 
 /// How many holders each node lists for `name` (expired ones included until swept). Holders are
 /// scored by their expiry; the permit count's member (the empty string) by minus the count.

@@ -9,18 +9,8 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redmutex::{Error, Redlock, Semaphore};
 use support::history::History;
-use support::{cleared_within, client};
+use support::{cleared_within, client, quick_semaphore};
 use testenv::{Cluster, Mode, Proxies};
-
-/// A semaphore with a short expiry (2 s), a generous node timeout (500 ms) and quick retries.
-fn quick_semaphore(redlock: &Redlock, name: &str, permits: u32) -> Semaphore {
-    redlock
-        .new_semaphore(name, permits)
-        .with_expiry(Duration::from_secs(2))
-        .with_timeout_factor(0.25)
-        .with_retry_delay(Duration::from_millis(5))
-        .with_tries(3)
-}
 
 #[test]
 fn the_checker_counts_holders_at_once() {
