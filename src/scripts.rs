@@ -153,7 +153,12 @@ if agreed == permits then
 else
   redis.call('ZADD', KEYS[1], -permits, '', expires, ARGV[1])
 end
-redis.call('PEXPIREAT', KEYS[1], expires, 'GT')
+if held == 0 and not agreed then
+  -- The sweep emptied a set without its count member (not one these scripts made): it is new.
+  redis.call('PEXPIREAT', KEYS[1], expires)
+else
+  redis.call('PEXPIREAT', KEYS[1], expires, 'GT')
+end
 return 0
 "#
 );

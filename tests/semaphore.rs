@@ -187,6 +187,38 @@ async fn the_name_outlives_its_latest_holder_and_goes_with_the_last() {
     .await;
 }
 
+/// A sorted set these scripts did not make (no count member, expired entries, no expiry): the
+/// first permit sweeps it and gives the name an expiry, as for a new one.
+#[tokio::test]
+async fn a_foreign_set_of_expired_entries_is_taken_over_with_an_expiry() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "semaphore:foreign";
+    for node in cluster.nodes() {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(name)
+            .arg(1)
+            .arg("a")
+            .arg(2)
+            .arg("b")
+            .query(&mut node.connection())
+            .expect("ZADD");
+    }
+    let semaphore = quick_semaphore(&redlock, name, 2);
+    let first = semaphore
+        .acquire()
+        .await
+        .expect("both entries expired long ago");
+    let second = semaphore.acquire().await.expect("permit");
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        assert!((1..=2000).contains(&node.pttl(name)), "node {i}");
+        assert_eq!(agreed(&cluster, i, name), Some(2));
+        assert_eq!(listed(&cluster, i, name).len(), 2);
+    }
+    first.unlock().await.expect("unlock");
+    second.unlock().await.expect("unlock");
+}
+
 #[tokio::test]
 async fn a_crashed_holders_permit_comes_back_after_its_expiry() {
     let cluster = Cluster::start(3);
