@@ -21,6 +21,10 @@
 //! - **redmutex TLS**: default options over TLS (built with `--features tls`): the same nodes
 //!   serve TLS too, with certificates of a throwaway CA that the client trusts through
 //!   `Redlock::from_clients`. Its ratios are against redmutex default over plain TCP.
+//! - **redmutex semaphore**: a `Semaphore` of 3 permits (quorum 4 of 5) with default options,
+//!   `acquire()` and `unlock()`, its ratios taken against **redmutex default** (the `Mutex`'s
+//!   `lock()`). Uncontended workloads only: on one shared name 3 holders at once are its point,
+//!   and the contended workload counts them as violations.
 //! - **rslock** (crates.io), built as `peers/rslock-bench` and run as a subprocess against the same
 //!   nodes with the same harness (`benches/support/harness.rs`).
 //!
@@ -90,26 +94,34 @@ enum Who {
     RedmutexFencing,
     /// Default options over TLS (`--features tls`): the cost of TLS.
     RedmutexTls,
+    /// A `Semaphore` of [`SEMAPHORE_PERMITS`] permits with default options.
+    RedmutexSemaphore,
     Rslock,
 }
 
+/// Permits of the semaphore contender: its quorum is 4 of the 5 nodes.
+const SEMAPHORE_PERMITS: u32 = 3;
+
 impl Who {
     /// Table order.
-    const ALL: [Who; 7] = [
+    const ALL: [Who; 8] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
         Who::RedmutexFailFast,
         Who::RedmutexFencing,
         Who::RedmutexTls,
+        Who::RedmutexSemaphore,
         Who::Rslock,
     ];
 
-    /// Run order before rotation: each library next to its floor.
-    const RUN: [Who; 7] = [
+    /// Run order before rotation: each library next to its floor, TLS and the semaphore next to
+    /// the mutex they are compared with.
+    const RUN: [Who; 8] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
         Who::RedmutexTls,
+        Who::RedmutexSemaphore,
         Who::RedmutexFencing,
         Who::FloorQuorum,
         Who::RedmutexFailFast,
@@ -124,8 +136,14 @@ impl Who {
             Who::RedmutexFailFast => "redmutex fail-fast",
             Who::RedmutexFencing => "redmutex fencing",
             Who::RedmutexTls => "redmutex TLS",
+            Who::RedmutexSemaphore => "redmutex semaphore",
             Who::Rslock => "rslock 0.10.0",
         }
+    }
+
+    /// Whether the contender runs `workload` (see the module doc for the semaphore's).
+    fn runs(self, workload: Workload) -> bool {
+        self != Who::RedmutexSemaphore || !workload.contended()
     }
 
     /// The floor each contender's ratios are taken against.
@@ -137,6 +155,7 @@ impl Who {
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
             Who::RedmutexTls => Some(Who::RedmutexDefault),
+            Who::RedmutexSemaphore => Some(Who::RedmutexDefault),
         }
     }
 
@@ -251,7 +270,11 @@ fn main() -> ExitCode {
 
     let mut rows = Vec::new();
     let mut rounds_of = Vec::new();
-    let total = Flavor::ALL.len() * Workload::ALL.len() * Who::RUN.len();
+    let total = Flavor::ALL.len()
+        * Workload::ALL
+            .iter()
+            .map(|&w| Who::RUN.iter().filter(|who| who.runs(w)).count())
+            .sum::<usize>();
     let rounds = config.rounds as usize;
     let round_timing = Timing {
         measure: config.timing.measure / config.rounds,
@@ -266,7 +289,7 @@ fn main() -> ExitCode {
             for i in 0..Who::RUN.len() {
                 let who = Who::RUN[(i + shift) % Who::RUN.len()];
                 let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
-                if who.built() && config.selects(&label) {
+                if who.built() && who.runs(workload) && config.selects(&label) {
                     seq += 1;
                     group.push((who, seq, Vec::with_capacity(rounds)));
                 }
@@ -460,6 +483,18 @@ fn run_contender(
                     .collect())
             })
         }
+        Who::RedmutexSemaphore => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| RedmutexSemaphore {
+                        semaphore: redlock.new_semaphore(name, SEMAPHORE_PERMITS),
+                        held: None,
+                    })
+                    .collect())
+            })
+        }
         Who::Rslock => match rslock {
             Ok(binary) => run_rslock(binary, flavor, workload, timing, &urls, prefix),
             Err(error) => Row::failed(
@@ -493,6 +528,32 @@ impl Contender for Redmutex {
     async fn unlock(&mut self) -> bool {
         match self.held.take() {
             Some(lock) => lock.unlock().await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// One task's semaphore client: a `Semaphore` made once, the permit it holds between `lock` and
+/// `unlock`.
+struct RedmutexSemaphore {
+    semaphore: redmutex::Semaphore,
+    held: Option<Lock>,
+}
+
+impl Contender for RedmutexSemaphore {
+    async fn lock(&mut self) -> bool {
+        match self.semaphore.acquire().await {
+            Ok(permit) => {
+                self.held = Some(permit);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn unlock(&mut self) -> bool {
+        match self.held.take() {
+            Some(permit) => permit.unlock().await.is_ok(),
             None => false,
         }
     }
@@ -1206,6 +1267,20 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
                 ratio(value)
             ));
         }
+        let semaphore = find(Who::RedmutexSemaphore, rt, u1);
+        let spread = semaphore
+            .and_then(|r| r.round_ratios)
+            .map_or_else(String::new, |r| {
+                format!(
+                    "; rounds: median {:.2}, {:.2}-{:.2}",
+                    r.p50.median, r.p50.min, r.p50.max
+                )
+            });
+        line.push_str(&format!(
+            "\n    {:<30} {:>5} (goal <= 1.15{spread})",
+            "1-task p50 semaphore/default",
+            ratio(semaphore.and_then(|r| r.p50_ratio))
+        ));
         let ff = find(Who::RedmutexFailFast, rt, u32_);
         let rs = find(Who::Rslock, rt, u32_);
         let versus = ff.zip(rs).and_then(|(ff, rs)| {

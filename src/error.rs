@@ -9,7 +9,9 @@ use std::time::Duration;
 /// on acquire, [`Error::Taken`] if a quorum holds another owner's value, else [`Error::Expired`] if a
 /// quorum said OK but no validity is left, else [`Error::NoQuorum`]; on extend and unlock,
 /// [`Error::Taken`] if a quorum holds another owner's value, else [`Error::Expired`] if on a quorum the
-/// key is gone or foreign, else [`Error::NoQuorum`].
+/// key is gone or foreign, else [`Error::NoQuorum`]. For a [`Semaphore`](crate::Semaphore), whose
+/// quorum may be far above a majority, "on a quorum" reads "on so many nodes that fewer than a
+/// quorum are left": full nodes, or nodes where the permit is gone.
 ///
 /// # Examples
 ///
@@ -34,7 +36,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A quorum of nodes holds the key with another owner's value.
+    /// A quorum of nodes holds the key with another owner's value (for a semaphore: so many nodes
+    /// are full that a quorum is out of reach).
     #[error("the lock is held by another owner on nodes {nodes:?}")]
     Taken {
         /// Indices (in the order given to [`Redlock`](crate::Redlock)) of the nodes holding another
@@ -50,7 +53,8 @@ pub enum Error {
     NoQuorum {
         /// How many nodes succeeded.
         ok: usize,
-        /// How many successes were needed (`nodes / 2 + 1`).
+        /// How many successes were needed (`nodes / 2 + 1` for a [`Mutex`](crate::Mutex), see
+        /// [`Semaphore::quorum`](crate::Semaphore::quorum)).
         quorum: usize,
         /// How many nodes the client talks to.
         total: usize,

@@ -121,7 +121,7 @@ pub(crate) async fn all(
     // cautious side (one "ours" fewer), and only for a task that polls much else at once.
     let timed_out = timeout_at((started + timeout).into(), calls).await.is_err();
     debug_assert!(timed_out || slots.iter().all(|slot| slot.reply.is_some()));
-    let mut tally = Tally::new(nodes.len(), request.quorum(nodes.len()));
+    let mut tally = request.tally(nodes.len());
     tally.track_nodes = request.tracks_nodes();
     for slot in slots {
         let reply = match slot.reply {
@@ -209,7 +209,7 @@ async fn gather(
     let deadline = started + timeout;
     let mut timer = pin!(sleep_until(deadline.into()));
     let mut calls = fan_out(nodes, &request, shuffle);
-    let mut tally = Tally::new(nodes.len(), request.quorum(nodes.len()));
+    let mut tally = request.tally(nodes.len());
     tally.track_nodes = request.tracks_nodes();
     let timed_out = poll_fn(|cx| {
         // Each wake-up takes every reply that is in, even after the verdict is decided: those

@@ -21,6 +21,7 @@ mod reconnect;
 mod redact;
 mod redlock;
 mod scripts;
+mod semaphore;
 mod settings;
 mod target;
 #[cfg(feature = "tls")]
@@ -37,6 +38,7 @@ pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;
 pub use redlock::Redlock;
+pub use semaphore::Semaphore;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.
 #[doc(hidden)]
@@ -45,6 +47,11 @@ pub mod internals {
 
     /// The compare-and-delete script, for the benchmark's raw floor to run the same Lua.
     pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE;
+
+    /// A semaphore's acquire script (key: the name; arguments: the value, the expiry in
+    /// milliseconds, the permits), for tests that count its replies against another quorum than
+    /// the library's.
+    pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::scripts::SEMAPHORE_ACQUIRE;
 
     /// How many scripts a client loads into each node when it starts, for tests that wait until
     /// it is done.

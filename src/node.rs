@@ -9,6 +9,7 @@ use redis::{Cmd, Value};
 
 use crate::connection::NodeConnection;
 use crate::error::NodeErrorKind;
+use crate::quorum::Tally;
 use crate::target::Target;
 
 /// A node of a [`Redlock`](crate::Redlock): its connection and a password-free address for messages.
@@ -91,9 +92,9 @@ impl Request {
         }
     }
 
-    /// How many of `nodes` nodes must agree on this request's outcome.
-    pub(crate) fn quorum(&self, nodes: usize) -> usize {
-        self.target.quorum(nodes)
+    /// An empty tally for this request's replies from `nodes` nodes (see `Target::tally`).
+    pub(crate) fn tally(&self, nodes: usize) -> Tally {
+        self.target.tally(nodes)
     }
 
     /// Whether the tally must list which nodes said "ours": for a fenced acquisition (which nodes
@@ -199,16 +200,16 @@ fn describe(reply: &Value) -> String {
     text
 }
 
-/// Whether `name` exists on the node: `None` if the node did not say so within `timeout`.
-pub(crate) async fn exists(
+/// Whether `target` is in use on the node (see `Target::probe`): `None` if the node did not say
+/// so within `timeout`.
+pub(crate) async fn in_use(
     mut connection: NodeConnection,
-    name: &str,
+    target: &Target,
     timeout: Duration,
 ) -> Option<bool> {
-    let mut cmd = Cmd::with_capacity(2, 8 + name.len());
-    cmd.arg("EXISTS").arg(name);
+    let (cmd, from) = target.probe();
     match tokio::time::timeout(timeout, connection.send(&cmd)).await {
-        Ok(Ok(Value::Int(count))) => Some(count > 0),
+        Ok(Ok(Value::Int(count))) => Some(count >= from),
         _ => None,
     }
 }

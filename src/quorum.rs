@@ -12,6 +12,19 @@ pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
+/// The number of nodes a holder of one of `permits` permits must hold: `P * N / (P + 1) + 1`
+/// (rounded down before adding one).
+///
+/// Every node admits at most `P` live holders, so `N` nodes hold at most `P * N` entries, and
+/// `P + 1` holders of `q` nodes each would need `(P + 1) * q > P * N` of them: at most `P` hold
+/// at once. It is the smallest such `q`: with one node fewer, `P + 1` holders fit (each takes
+/// the next `q - 1` nodes round the ring). For one permit it is the majority.
+pub(crate) fn permit_quorum(nodes: usize, permits: u32) -> usize {
+    let (n, p) = (nodes as u128, u128::from(permits));
+    // Below `nodes`, so it fits.
+    usize::try_from(p * n / (p + 1)).map_or(nodes, |below| below + 1)
+}
+
 /// Time the lock is still safe to use after an attempt that took `elapsed`, or `None` if none is left.
 ///
 /// `expiry - elapsed - expiry * drift_factor`, where `expiry` is what was sent to the nodes. Clocks
@@ -58,14 +71,27 @@ pub(crate) struct Tally {
     pub total: usize,
     /// Nodes that must agree (`quorum(total)` for a mutex).
     pub needed: usize,
+    /// Nodes whose definite "no" (another owner's, or gone) decides the verdict: `Taken` on an
+    /// acquire, `Expired` on an extend or release. For a mutex it is `needed`, so `Taken` means
+    /// another owner holds a quorum. A semaphore's quorum can be far above a majority, and its
+    /// holders leave it out of reach long before they fill a quorum of nodes: there it is the
+    /// number of refusals that leaves fewer than `needed` nodes, `total - needed + 1`.
+    pub blocking: usize,
 }
 
 impl Tally {
-    /// A tally of `total` nodes of which `needed` must agree.
+    /// A tally of `total` nodes of which `needed` must agree, and as many refuse to decide.
     pub(crate) fn new(total: usize, needed: usize) -> Self {
+        Tally::with_blocking(total, needed, needed)
+    }
+
+    /// A tally of `total` nodes of which `needed` must agree, and whose verdict `blocking`
+    /// refusals decide (see [`Tally::blocking`]).
+    pub(crate) fn with_blocking(total: usize, needed: usize, blocking: usize) -> Self {
         Tally {
             total,
             needed,
+            blocking,
             ..Tally::default()
         }
     }
@@ -104,23 +130,24 @@ impl Tally {
     }
 
     /// True once more replies cannot change the verdict: a quorum said "ours", or it can no longer
-    /// and it is also settled whether a quorum holds another owner's value (`Taken` must not depend
-    /// on which replies happened to come first).
+    /// and it is also settled whether enough nodes hold another owner's value for `Taken` (which
+    /// must not depend on which replies happened to come first).
     pub(crate) fn decided(&self) -> bool {
-        let needed = self.needed;
+        let (needed, blocking) = (self.needed, self.blocking);
         let pending = self.total - self.answered;
         let foreign = self.foreign.len();
         self.ours >= needed
-            || (self.ours + pending < needed && (foreign >= needed || foreign + pending < needed))
+            || (self.ours + pending < needed
+                && (foreign >= blocking || foreign + pending < blocking))
     }
 
     /// Like [`decided`](Tally::decided), for a release: its verdict also tells a lock that expired
     /// (a quorum gone or foreign) from one that could not be reached, so that must be settled too.
     pub(crate) fn release_decided(&self) -> bool {
-        let needed = self.needed;
+        let (needed, blocking) = (self.needed, self.blocking);
         let pending = self.total - self.answered;
         let gone = self.foreign.len() + self.missing;
-        self.decided() && (self.ours >= needed || gone >= needed || gone + pending < needed)
+        self.decided() && (self.ours >= needed || gone >= blocking || gone + pending < blocking)
     }
 
     /// Marks every node that has not answered as not awaited (fail-fast returned early).
@@ -136,12 +163,12 @@ impl Tally {
         self.ours >= self.needed
     }
 
-    fn foreign_quorum(&self) -> bool {
-        self.foreign.len() >= self.needed
+    fn foreign_blocks(&self) -> bool {
+        self.foreign.len() >= self.blocking
     }
 
-    fn gone_quorum(&self) -> bool {
-        self.foreign.len() + self.missing >= self.needed
+    fn gone_blocks(&self) -> bool {
+        self.foreign.len() + self.missing >= self.blocking
     }
 
     fn no_quorum(self) -> Error {
@@ -163,7 +190,7 @@ impl Tally {
     ///
     /// `validity` is what is left after the attempt (see [`validity`]).
     pub(crate) fn judge_acquire(self, validity: Option<Duration>) -> Result<Duration, Error> {
-        if self.foreign_quorum() {
+        if self.foreign_blocks() {
             Err(self.taken())
         } else if self.has_quorum() {
             validity.ok_or(Error::Expired)
@@ -174,11 +201,11 @@ impl Tally {
 
     /// The outcome of an extend: like acquire, but a quorum of gone keys means the lock expired.
     pub(crate) fn judge_extend(self, validity: Option<Duration>) -> Result<Duration, Error> {
-        if self.foreign_quorum() {
+        if self.foreign_blocks() {
             Err(self.taken())
         } else if self.has_quorum() {
             validity.ok_or(Error::Expired)
-        } else if self.gone_quorum() {
+        } else if self.gone_blocks() {
             Err(Error::Expired)
         } else {
             Err(self.no_quorum())
@@ -209,11 +236,11 @@ impl Tally {
 
     /// The outcome of an unlock.
     pub(crate) fn judge_release(self) -> Result<(), Error> {
-        if self.foreign_quorum() {
+        if self.foreign_blocks() {
             Err(self.taken())
         } else if self.has_quorum() {
             Ok(())
-        } else if self.gone_quorum() {
+        } else if self.gone_blocks() {
             Err(Error::Expired)
         } else {
             Err(self.no_quorum())
@@ -244,6 +271,74 @@ mod tests {
         let expected = [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4)];
         for (nodes, needed) in expected {
             assert_eq!(quorum(nodes), needed, "nodes = {nodes}");
+        }
+    }
+
+    #[test]
+    fn permit_quorum_follows_the_rule() {
+        // (nodes, permits, needed): the table of the README.
+        let expected = [
+            (3, 1, 2),
+            (3, 2, 3),
+            (3, 5, 3),
+            (5, 1, 3),
+            (5, 2, 4),
+            (5, 3, 4),
+            (5, 4, 5),
+            (5, 100, 5),
+            (7, 2, 5),
+            (7, 3, 6),
+            (1, 1, 1),
+            (1, u32::MAX, 1),
+        ];
+        for (nodes, permits, needed) in expected {
+            assert_eq!(
+                permit_quorum(nodes, permits),
+                needed,
+                "{nodes} nodes, {permits}"
+            );
+        }
+        // No overflow at the extremes, and the rule still holds there.
+        let (n, p) = (usize::MAX, u32::MAX);
+        let q = permit_quorum(n, p) as u128;
+        let (n, p) = (n as u128, u128::from(p));
+        assert!((p + 1) * q > p * n && (p + 1) * (q - 1) <= p * n);
+        assert_eq!(permit_quorum(usize::MAX, 1), quorum(usize::MAX));
+    }
+
+    #[test]
+    fn permit_quorum_is_the_smallest_that_keeps_p_plus_one_holders_out() {
+        for nodes in 1..=40usize {
+            for permits in 1..=60u32 {
+                let (n, p) = (nodes as u64, u64::from(permits));
+                let q = permit_quorum(nodes, permits) as u64;
+                assert!(q <= n, "reachable with every node up: {nodes}, {permits}");
+                assert!((p + 1) * q > p * n, "safe: {nodes}, {permits}");
+                assert!((p + 1) * (q - 1) <= p * n, "smallest: {nodes}, {permits}");
+            }
+            assert_eq!(
+                permit_quorum(nodes, 1),
+                quorum(nodes),
+                "one permit is a mutex"
+            );
+        }
+    }
+
+    #[test]
+    fn one_node_fewer_lets_p_plus_one_holders_in() {
+        // The rule is tight: with q - 1 nodes each, P + 1 holders taking consecutive nodes round
+        // the ring never put more than P on one node.
+        for nodes in 2..=9usize {
+            for permits in 1..=8u32 {
+                let q = permit_quorum(nodes, permits);
+                let mut load = vec![0u32; nodes];
+                for holder in 0..=permits as usize {
+                    for k in 0..q - 1 {
+                        load[(holder * (q - 1) + k) % nodes] += 1;
+                    }
+                }
+                assert!(load.iter().all(|&l| l <= permits), "{nodes}, {permits}");
+            }
         }
     }
 
@@ -329,6 +424,67 @@ mod tests {
             split.judge_acquire(Some(MS)),
             Err(Error::NoQuorum { ok: 2, .. })
         ));
+    }
+
+    #[test]
+    fn a_semaphore_is_taken_once_its_holders_leave_too_few_nodes() {
+        // 5 nodes, 2 permits: 4 needed, so 2 full nodes leave the quorum out of reach.
+        let semaphore = |replies: &[Result<u64, NodeErrorKind>]| {
+            let mut tally = Tally::with_blocking(5, 4, 2);
+            for (node, reply) in replies.iter().enumerate() {
+                tally.add(node, reply.clone());
+            }
+            tally
+        };
+        let full = [
+            Ok(0),
+            Err(NodeErrorKind::Taken),
+            Ok(0),
+            Err(NodeErrorKind::Taken),
+            Ok(0),
+        ];
+        match semaphore(&full).judge_acquire(Some(MS)) {
+            Err(Error::Taken { nodes }) => assert_eq!(nodes, [1, 3]),
+            other => panic!("expected Taken, got {other:?}"),
+        }
+        // One full node and one down: the node that is down could have made the difference.
+        let down = [
+            Ok(0),
+            Err(NodeErrorKind::Taken),
+            Ok(0),
+            Err(timeout()),
+            Ok(0),
+        ];
+        assert!(matches!(
+            semaphore(&down).judge_acquire(Some(MS)),
+            Err(Error::NoQuorum {
+                ok: 3,
+                quorum: 4,
+                ..
+            })
+        ));
+        // A permit gone from 2 of the 5 nodes can no longer be extended or released on 4.
+        let lost = [
+            Ok(0),
+            Err(NodeErrorKind::Missing),
+            Ok(0),
+            Err(NodeErrorKind::Missing),
+            Ok(0),
+        ];
+        assert!(matches!(
+            semaphore(&lost).judge_extend(Some(MS)),
+            Err(Error::Expired)
+        ));
+        assert!(matches!(
+            semaphore(&lost).judge_release(),
+            Err(Error::Expired)
+        ));
+        // Fail-fast: two refusals decide, whatever the other three say.
+        let mut early = Tally::with_blocking(5, 4, 2);
+        early.add(1, Err(NodeErrorKind::Taken));
+        assert!(!early.decided());
+        early.add(3, Err(NodeErrorKind::Taken));
+        assert!(early.decided());
     }
 
     #[test]
@@ -505,7 +661,21 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(0x5eed);
         for case in 0..100_000 {
             let n = rng.random_range(1..=9usize);
-            let q = quorum(n);
+            // A mutex's majority, or a semaphore's quorum, whose refusals block sooner.
+            let (q, blocking) = match rng.random_range(0..4u32) {
+                0 => (quorum(n), quorum(n)),
+                permits => {
+                    let q = permit_quorum(n, permits);
+                    (q, n - q + 1)
+                }
+            };
+            let tally = |replies: &[Result<u64, NodeErrorKind>]| {
+                let mut tally = Tally::with_blocking(replies.len(), q, blocking);
+                for (node, reply) in replies.iter().enumerate() {
+                    tally.add(node, reply.clone());
+                }
+                tally
+            };
             let replies: Vec<Result<u64, NodeErrorKind>> = (0..n)
                 .map(|_| match rng.random_range(0..5) {
                     0 | 1 => Ok(0),
@@ -539,26 +709,33 @@ mod tests {
             match tally(&replies).judge_acquire(left) {
                 Ok(_) => assert!(ours >= q && left.is_some(), "case {case}"),
                 Err(Error::Taken { nodes }) => {
-                    assert!(nodes.len() >= q && nodes.len() == taken, "case {case}")
+                    assert!(
+                        nodes.len() >= blocking && nodes.len() == taken,
+                        "case {case}"
+                    );
+                    // Taken only when the others alone leave the quorum out of reach.
+                    assert!(n - taken < q, "case {case}");
                 }
                 Err(Error::Expired) => assert!(ours >= q && left.is_none(), "case {case}"),
                 Err(Error::NoQuorum { ok, failures, .. }) => {
-                    assert!(ok < q && taken < q, "case {case}");
+                    assert!(ok < q && taken < blocking, "case {case}");
                     assert_eq!(failures.len(), n - ours);
                 }
                 Err(other) => panic!("case {case}: {other:?}"),
             }
             match tally(&replies).judge_release() {
                 Ok(()) => assert!(ours >= q),
-                Err(Error::Taken { .. }) => assert!(taken >= q),
-                Err(Error::Expired) => assert!(ours < q && taken < q && taken + missing >= q),
-                Err(Error::NoQuorum { .. }) => assert!(ours < q && taken + missing < q),
+                Err(Error::Taken { .. }) => assert!(taken >= blocking),
+                Err(Error::Expired) => {
+                    assert!(ours < q && taken < blocking && taken + missing >= blocking)
+                }
+                Err(Error::NoQuorum { .. }) => assert!(ours < q && taken + missing < blocking),
                 Err(other) => panic!("case {case}: {other:?}"),
             }
 
             // Fail-fast: once `decided`, no completion of the remaining replies changes success.
             let answered = rng.random_range(0..=n);
-            let mut partial = Tally::new(n, quorum(n));
+            let mut partial = Tally::with_blocking(n, q, blocking);
             for (node, reply) in replies[..answered].iter().enumerate() {
                 partial.add(node, reply.clone());
             }
@@ -579,7 +756,7 @@ mod tests {
                 );
             }
             // A fail-fast release: once decided, the early verdict is the one all replies give.
-            let mut partial = Tally::new(n, quorum(n));
+            let mut partial = Tally::with_blocking(n, q, blocking);
             for (node, reply) in replies[..answered].iter().enumerate() {
                 partial.add(node, reply.clone());
             }

@@ -12,6 +12,7 @@ use crate::mutex::Mutex;
 use crate::node::Node;
 use crate::reconnect::address_of;
 use crate::redact::redact_url;
+use crate::semaphore::Semaphore;
 use crate::target::Target;
 
 /// How long the background connection warm-up waits for a node.
@@ -272,6 +273,34 @@ impl Redlock {
         Mutex::new(self.clone(), Target::name(name.into().into()))
     }
 
+    /// A [`Semaphore`] for the resource `name` with `permits` permits, with default settings (see
+    /// [`Semaphore`] for each): at most `permits` holders at once.
+    ///
+    /// Every `Semaphore` of a name must use the same number of permits (nodes refuse another
+    /// count while anyone holds the name). Zero permits, like an empty name, is reported by the
+    /// first operation as [`Error::Config`], before any I/O.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::{Error, Redlock};
+    ///
+    /// let redlock = Redlock::connect(cluster.urls()).await?;
+    /// let crawlers = redlock.new_semaphore("crawler:example.org", 3);
+    /// assert_eq!((crawlers.permits(), crawlers.quorum()), (3, 3));
+    ///
+    /// let none = redlock.new_semaphore("crawler:example.org", 0);
+    /// assert!(matches!(none.acquire().await, Err(Error::Config { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new_semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), name.into(), permits)
+    }
+
     /// The number of nodes.
     ///
     /// # Examples
@@ -289,7 +318,8 @@ impl Redlock {
         self.nodes.len()
     }
 
-    /// How many nodes must agree: `len() / 2 + 1`.
+    /// How many nodes must agree for a [`Mutex`]: `len() / 2 + 1`. A [`Semaphore`] of two
+    /// permits or more needs more ([`Semaphore::quorum`]).
     ///
     /// # Examples
     ///

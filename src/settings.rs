@@ -117,6 +117,15 @@ impl Settings {
     /// Checks every rule, so that nothing invalid ever reaches a node.
     pub(crate) fn plan(&self, target: &Target) -> Result<Plan, Error> {
         target.check()?;
+        if self.fencing && !target.fences() {
+            return Err(Error::config(
+                "fencing",
+                "a semaphore hands out no fencing tokens (its holders hold side by side)",
+            ));
+        }
+        if self.fair && !target.has_line() {
+            return Err(Error::config("fair", "a semaphore has no fair line yet"));
+        }
         if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
             return Err(Error::config(
                 "expiry",
@@ -247,6 +256,29 @@ mod tests {
             };
             assert_eq!(field(s.plan(&target("n"))), "timeout_factor", "{bad}");
         }
+    }
+
+    #[test]
+    fn fencing_and_fair_lines_are_refused_where_there_are_none() {
+        let fenced = Settings {
+            fencing: true,
+            ..Settings::default()
+        };
+        assert!(fenced.plan(&target("n")).is_ok());
+        assert_eq!(
+            field(fenced.plan(&Target::permits("n".into(), 2))),
+            "fencing"
+        );
+        let fair = Settings {
+            fair: true,
+            ..Settings::default()
+        };
+        assert!(fair.plan(&target("n")).is_ok());
+        assert_eq!(field(fair.plan(&Target::permits("n".into(), 2))), "fair");
+        assert_eq!(
+            field(Settings::default().plan(&Target::permits("n".into(), 0))),
+            "permits"
+        );
     }
 
     #[test]

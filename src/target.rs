@@ -14,8 +14,11 @@ use redis::Cmd;
 
 use crate::error::Error;
 use crate::node::{Delivery, Op};
-use crate::quorum::quorum;
-use crate::scripts::{ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY, fair};
+use crate::quorum::{Tally, permit_quorum, quorum};
+use crate::scripts::{
+    ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,
+    SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, fair,
+};
 
 /// The keys a lock holds and the rules that go with them.
 pub(crate) struct Target {
@@ -29,6 +32,9 @@ pub(crate) struct Target {
 pub(crate) enum Kind {
     /// One name whose key holds the lock value: [`Mutex`](crate::Mutex).
     Name,
+    /// A counting semaphore over one name: [`Semaphore`](crate::Semaphore). The key `name` holds
+    /// the holders and the count they agreed on (see `scripts::SEMAPHORE_ACQUIRE`).
+    Permits { permits: u32 },
 }
 
 impl Target {
@@ -37,6 +43,22 @@ impl Target {
         Target {
             kind: Kind::Name,
             names: Box::new([name]),
+        }
+    }
+
+    /// A semaphore of `permits` permits over `name`.
+    pub(crate) fn permits(name: Arc<str>, permits: u32) -> Target {
+        Target {
+            kind: Kind::Permits { permits },
+            names: Box::new([name]),
+        }
+    }
+
+    /// The number of permits, for a semaphore.
+    pub(crate) fn permit_count(&self) -> Option<u32> {
+        match self.kind {
+            Kind::Name => None,
+            Kind::Permits { permits } => Some(permits),
         }
     }
 
@@ -54,15 +76,65 @@ impl Target {
     pub(crate) fn quorum(&self, nodes: usize) -> usize {
         match self.kind {
             Kind::Name => quorum(nodes),
+            Kind::Permits { permits } => permit_quorum(nodes, permits),
         }
     }
 
-    /// Checks what needs no I/O: names that cannot be keys.
+    /// An empty tally for a request to `nodes` nodes, counting against this target's quorum.
+    pub(crate) fn tally(&self, nodes: usize) -> Tally {
+        let needed = self.quorum(nodes);
+        match self.kind {
+            Kind::Name => Tally::new(nodes, needed),
+            // Full nodes put a semaphore out of reach once fewer than `needed` are left.
+            Kind::Permits { .. } => {
+                Tally::with_blocking(nodes, needed, (nodes + 1).saturating_sub(needed))
+            }
+        }
+    }
+
+    /// Checks what needs no I/O: names that cannot be keys, a semaphore without permits.
     pub(crate) fn check(&self) -> Result<(), Error> {
         if self.names.iter().any(|name| name.is_empty()) {
             return Err(Error::config("name", "must not be empty"));
         }
+        if self.kind == (Kind::Permits { permits: 0 }) {
+            return Err(Error::config("permits", "must be at least 1, got 0"));
+        }
         Ok(())
+    }
+
+    /// Whether acquisitions of this target can carry fencing tokens. A token orders one holder
+    /// after the next; a semaphore's holders hold side by side, so a resource could not refuse
+    /// a stale one by its smaller token (a live holder may carry a smaller one too).
+    pub(crate) fn fences(&self) -> bool {
+        matches!(self.kind, Kind::Name)
+    }
+
+    /// Whether waiters can wait in a fair line on the nodes (see `waiting::fair`). The line's
+    /// scripts hand one lock value from holder to waiter; a semaphore's permits have none yet.
+    pub(crate) fn has_line(&self) -> bool {
+        matches!(self.kind, Kind::Name)
+    }
+
+    /// A one-command check on one node whether the target is in use there, for a woken waiter
+    /// deciding whether an attempt is worth it: the command, and the reply (an integer) from
+    /// which on it is in use. A semaphore counts holders whose entries may have expired unswept:
+    /// it may be free although this says not, which costs a waiter a wait, never safety.
+    pub(crate) fn probe(&self) -> (Cmd, i64) {
+        let name = self.first();
+        match self.kind {
+            Kind::Name => {
+                let mut cmd = Cmd::with_capacity(2, 8 + name.len());
+                cmd.arg("EXISTS").arg(&**name);
+                (cmd, 1)
+            }
+            // Holders are scored by their expiry; the permit count's member is negative.
+            Kind::Permits { permits } => {
+                let mut cmd = Cmd::with_capacity(4, 16 + name.len());
+                cmd.arg("ZCOUNT").arg(&**name).arg(0).arg("+inf");
+                (cmd, i64::from(permits))
+            }
+        }
     }
 
     /// Whether `op` is sent as a script (and so may need the EVAL fallback on NOSCRIPT).
@@ -133,6 +205,33 @@ impl Target {
             (Kind::Name, Op::Raise(token)) => {
                 fenced_cmd(verb.script(RAISE, &DIGESTS.raise), verb, name, value, token)
             }
+            // A fenced acquire, a raise, a fair round and a hand-off are never sent for a
+            // semaphore (`fences` and `has_line` are false, and settings asking for them are
+            // refused): they map to the plain commands, which answer in the same convention, so
+            // the match needs no arm that could fail.
+            (Kind::Permits { permits }, Op::Acquire | Op::AcquireFenced | Op::Round { .. }) => {
+                semaphore_cmd(
+                    verb.script(SEMAPHORE_ACQUIRE, &DIGESTS.semaphore_acquire),
+                    verb,
+                    name,
+                    value,
+                    &[millis, u64::from(permits)],
+                )
+            }
+            (Kind::Permits { .. }, Op::Extend | Op::Raise(_)) => semaphore_cmd(
+                verb.script(SEMAPHORE_EXTEND, &DIGESTS.semaphore_extend),
+                verb,
+                name,
+                value,
+                &[millis],
+            ),
+            (Kind::Permits { .. }, Op::Release { notify, .. }) => semaphore_cmd(
+                verb.script(SEMAPHORE_RELEASE, &DIGESTS.semaphore_release),
+                verb,
+                name,
+                value,
+                &[u64::from(notify)],
+            ),
         }
     }
 }
@@ -218,6 +317,19 @@ fn fenced_cmd(script: &str, verb: Verb, name: &str, value: &str, number: u64) ->
     cmd
 }
 
+/// A semaphore script over its one key, with the value and number arguments.
+fn semaphore_cmd(script: &str, verb: Verb, name: &str, value: &str, numbers: &[u64]) -> Cmd {
+    let mut cmd = Cmd::with_capacity(
+        4 + numbers.len(),
+        48 + script.len() + name.len() + value.len(),
+    );
+    cmd.arg(verb.word()).arg(script).arg(1).arg(name).arg(value);
+    for &number in numbers {
+        cmd.arg(number);
+    }
+    cmd
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,10 +364,64 @@ mod tests {
     }
 
     #[test]
+    fn semaphore_scripts_take_the_name_and_their_numbers() {
+        let target = Target::permits("jobs".into(), 3);
+        let acquire = target.command(Op::Acquire, Delivery::ByDigest, "v", 2000);
+        assert_eq!(
+            words(&acquire),
+            [
+                "EVALSHA",
+                &DIGESTS.semaphore_acquire,
+                "1",
+                "jobs",
+                "v",
+                "2000",
+                "3"
+            ]
+        );
+        let extend = target.command(Op::Extend, Delivery::Inline, "v", 2000);
+        assert_eq!(words(&extend)[0], "EVAL");
+        assert_eq!(words(&extend)[1], SEMAPHORE_EXTEND);
+        assert_eq!(words(&extend)[2..], ["1", "jobs", "v", "2000"]);
+        for (notify, flag) in [(false, "0"), (true, "1")] {
+            let release = Op::Release {
+                notify,
+                hand_off: false,
+            };
+            let release = target.command(release, Delivery::ByDigest, "v", 9);
+            assert_eq!(words(&release)[1], DIGESTS.semaphore_release);
+            assert_eq!(words(&release)[2..], ["1", "jobs", "v", flag]);
+        }
+        assert!(target.is_script(Op::Acquire));
+    }
+
+    #[test]
+    fn a_semaphore_needs_its_quorum_and_a_permit() {
+        let target = Target::permits("n".into(), 2);
+        assert_eq!(target.quorum(5), 4);
+        assert_eq!(target.quorum(3), 3);
+        let tally = target.tally(5);
+        assert_eq!((tally.needed, tally.blocking), (4, 2));
+        assert_eq!(target.permit_count(), Some(2));
+        assert!(target.check().is_ok());
+        assert!(!target.fences());
+        assert!(!target.has_line());
+        assert!(matches!(
+            Target::permits("n".into(), 0).check(),
+            Err(Error::Config { field, rule }) if field == "permits" && rule.contains('0')
+        ));
+        // One permit: the mutex's quorum.
+        assert_eq!(Target::permits("n".into(), 1).quorum(5), 3);
+    }
+
+    #[test]
     fn a_mutex_needs_a_majority_and_a_name() {
         let target = Target::name("n".into());
         assert_eq!(target.quorum(5), 3);
+        let tally = target.tally(4);
+        assert_eq!((tally.needed, tally.blocking), (3, 3));
         assert!(target.check().is_ok());
+        assert!(target.fences() && target.has_line());
         assert!(matches!(
             Target::name("".into()).check(),
             Err(Error::Config { field, .. }) if field == "name"

@@ -118,7 +118,7 @@ async fn wait_in_line(mutex: &Mutex, plan: &Plan, place: &Place, delay: Duration
         }
         tokio::time::sleep(pause).await;
         let connection = mutex.redlock().nodes()[node].connection.clone();
-        match node::exists(connection, mutex.name(), plan.node_timeout).await {
+        match node::in_use(connection, mutex.target(), plan.node_timeout).await {
             Some(true) => {
                 tracing::trace!(node, "taken again before the attempt");
                 place.wait_again(woken_at);

@@ -1,5 +1,6 @@
 //! A safety checker: records when each holder held the lock, on one monotonic clock, and finds
-//! overlaps. Mutual exclusion holds iff no two recorded intervals overlap.
+//! overlaps. Mutual exclusion holds iff no two recorded intervals overlap; a semaphore of `P`
+//! permits is kept iff no more than `P` recorded intervals overlap at any instant.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -52,6 +53,34 @@ impl History {
             }
         }
         overlaps
+    }
+
+    /// The most critical sections held at one instant. Intervals are half-open: one that ends as
+    /// another starts does not overlap it.
+    pub fn max_concurrent(&self) -> usize {
+        let held = self.held.lock().expect("not poisoned");
+        // +1 at each start, -1 at each end; at one instant the ends come first.
+        let mut events: Vec<(Instant, i64)> = held
+            .iter()
+            .filter(|h| h.from < h.until)
+            .flat_map(|h| [(h.from, 1), (h.until, -1)])
+            .collect();
+        events.sort();
+        let (mut now, mut most) = (0i64, 0i64);
+        for (_, step) in events {
+            now += step;
+            most = most.max(now);
+        }
+        most as usize
+    }
+
+    /// Panics if more than `permits` critical sections were held at one instant.
+    pub fn assert_at_most(&self, permits: usize) {
+        let most = self.max_concurrent();
+        assert!(
+            most <= permits,
+            "{most} critical sections held at once, {permits} permitted"
+        );
     }
 
     /// Panics with the first overlaps found.

@@ -5,7 +5,7 @@ pub mod history;
 
 use std::time::Duration;
 
-use redmutex::{Mutex, Redlock};
+use redmutex::{Mutex, Redlock, Semaphore};
 use testenv::Cluster;
 
 /// A client over every node of `cluster`.
@@ -21,6 +21,16 @@ pub async fn client(cluster: &Cluster) -> Redlock {
 pub fn quick(redlock: &Redlock, name: &str) -> Mutex {
     redlock
         .new_mutex(name)
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_retry_delay(Duration::from_millis(5))
+        .with_tries(3)
+}
+
+/// A semaphore of `permits` permits with the settings of [`quick`].
+pub fn quick_semaphore(redlock: &Redlock, name: &str, permits: u32) -> Semaphore {
+    redlock
+        .new_semaphore(name, permits)
         .with_expiry(Duration::from_secs(2))
         .with_timeout_factor(0.25)
         .with_retry_delay(Duration::from_millis(5))
