@@ -13,6 +13,7 @@ mod node;
 mod quorum;
 mod redact;
 mod redlock;
+mod rwlock;
 mod scripts;
 mod settings;
 mod target;
@@ -27,6 +28,7 @@ pub use lock::Lock;
 pub use mutex::Mutex;
 pub use node::NodeConnection;
 pub use redlock::Redlock;
+pub use rwlock::RwLock;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.
 #[doc(hidden)]

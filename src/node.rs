@@ -10,7 +10,6 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
 use crate::error::NodeErrorKind;
-use crate::scripts::{ACQUIRE_FENCED, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
 use crate::target::Target;
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
@@ -91,7 +90,7 @@ impl NodeConnection {
 
     /// Loads the scripts into the node's cache (SCRIPT LOAD is idempotent).
     pub(crate) async fn load_scripts(&mut self) -> RedisResult<()> {
-        for script in [RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE] {
+        for script in crate::scripts::ALL {
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
                 .await?
                 .extract_error()?;

@@ -1,8 +1,14 @@
-//! The Lua scripts that act on a key only while it holds our value.
+//! The Lua scripts that act on a lock's keys on one node, atomically.
 //!
-//! Each returns `1` when it acted on our value, `0` when the key is gone, and `-1` when it holds another
-//! owner's value, so the caller can tell an expired lock from a taken one. None of them ever creates a
-//! key: a lock that expired stays expired.
+//! One reply convention for all of them (see `node::Request::interpret`): an acquire script answers
+//! the fencing counter (`0` or more; `0` where none was asked for) when it took the lock and `-1`
+//! when another owner holds it; every other script answers `1` when it acted on our value, `0` when
+//! the lock is gone and `-1` when another owner's value holds it, so the caller can tell an expired
+//! lock from a taken one. Anything else is an error reply with a message. Only acquire scripts
+//! create keys: a lock that expired stays expired.
+//!
+//! Scripts check everything before they write: Redis does not undo a script's writes when it
+//! fails halfway.
 
 use std::sync::LazyLock;
 
@@ -73,6 +79,203 @@ end
 return 1
 "#;
 
+/// What the name's key holds while readers hold a read-write lock: a value no lock ever has
+/// (`settings::check_value` refuses it), so `SET NX` of a writer or a plain mutex fails, and no
+/// compare-and-act script ever takes it for its own. The scripts below spell it out too; a unit
+/// test keeps them equal.
+pub(crate) const READERS_MARKER: &str = "redmutex:readers";
+
+/// Multi-name acquire: every name or none. `KEYS` = the names, then (fenced) their counters in
+/// the same order; `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds, `ARGV[3]` = `1` if
+/// fenced. Sets nothing unless every name is free here, so no node ever holds part of a
+/// multi-name lock. Returns the highest counter of the names (0 unfenced), or `-1`.
+pub(crate) const NAMES_ACQUIRE: &str = r#"
+local names = #KEYS
+if ARGV[3] == '1' then names = names / 2 end
+for i = 1, names do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return -1 end
+end
+local counter = 0
+for i = names + 1, #KEYS do
+  local n = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if not n then return redis.error_reply('redmutex: ' .. KEYS[i] .. ' is not a fencing counter') end
+  if n > counter then counter = n end
+end
+for i = 1, names do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+return counter
+"#;
+
+/// Multi-name compare-and-PEXPIRE: `KEYS` = the names, `ARGV[1]` = value, `ARGV[2]` = expiry in
+/// milliseconds. Acts only where every name still holds our value: a node that lost one key
+/// does not hold the lock.
+pub(crate) const NAMES_EXTEND: &str = r#"
+local gone = false
+for i = 1, #KEYS do
+  local current = redis.call('GET', KEYS[i])
+  if not current then gone = true elseif current ~= ARGV[1] then return -1 end
+end
+if gone then return 0 end
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return 1
+"#;
+
+/// Multi-name compare-and-delete: `KEYS` = the names, `ARGV[1]` = value, `ARGV[2]` = `1` to
+/// publish a release notice for each name freed. Deletes every name that holds our value;
+/// answers `1` only if all of them did.
+pub(crate) const NAMES_RELEASE: &str = r#"
+local result = 1
+for i = 1, #KEYS do
+  local current = redis.call('GET', KEYS[i])
+  if current == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    if ARGV[2] == '1' then
+      redis.call('PUBLISH', 'redmutex:released:' .. KEYS[i], ARGV[1])
+    end
+  elseif current then
+    result = -1
+  elseif result == 1 then
+    result = 0
+  end
+end
+return result
+"#;
+
+/// Multi-name fencing raise: `KEYS` = the names, then their counters; `ARGV[1]` = value,
+/// `ARGV[2]` = token. Raises every name's counter, only where every name holds our value.
+pub(crate) const NAMES_RAISE: &str = r#"
+local names = #KEYS / 2
+local gone = false
+for i = 1, names do
+  local current = redis.call('GET', KEYS[i])
+  if not current then gone = true elseif current ~= ARGV[1] then return -1 end
+end
+if gone then return 0 end
+local token = tonumber(ARGV[2])
+local counters = {}
+for i = names + 1, #KEYS do
+  counters[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if not counters[i] then return redis.error_reply('redmutex: ' .. KEYS[i] .. ' is not a fencing counter') end
+end
+for i = names + 1, #KEYS do
+  if counters[i] < token then redis.call('SET', KEYS[i], ARGV[2]) end
+end
+return 1
+"#;
+
+/// Read acquire: `KEYS[1]` = name, `KEYS[2]` = its readers, `KEYS[3]` = its writer's mark;
+/// `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds.
+///
+/// Readers are a sorted set scored by when each entry expires on this node's own clock (`TIME`),
+/// swept of expired entries first. A reader is refused while a writer (or a mutex) holds the name
+/// or a writer waits (its mark). Otherwise its entry goes in, and the name's key holds the
+/// readers' marker until the last entry expires, so `SET NX` of a writer fails meanwhile.
+pub(crate) const READ_ACQUIRE: &str = r#"
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local current = redis.call('GET', KEYS[1])
+if current and current ~= 'redmutex:readers' then return -1 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+redis.call('ZADD', KEYS[2], string.format('%d', now + ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+redis.call('SET', KEYS[1], 'redmutex:readers', 'PXAT', last)
+redis.call('PEXPIREAT', KEYS[2], last)
+return 0
+"#;
+
+/// Read extend: `KEYS[1]` = name, `KEYS[2]` = its readers; `ARGV[1]` = value, `ARGV[2]` = expiry
+/// in milliseconds. Renews our live entry and keeps the marker alive as long as the latest entry.
+pub(crate) const READ_EXTEND: &str = r#"
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local current = redis.call('GET', KEYS[1])
+if current and current ~= 'redmutex:readers' then return -1 end
+if not current or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[2], 'XX', string.format('%d', now + ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+redis.call('PEXPIREAT', KEYS[1], last)
+redis.call('PEXPIREAT', KEYS[2], last)
+return 1
+"#;
+
+/// Read release: `KEYS[1]` = name, `KEYS[2]` = its readers; `ARGV[1]` = value, `ARGV[2]` = `1` to
+/// publish a release notice when the name is freed. Removes our entry; the last reader to leave
+/// deletes the marker (and so frees the name), the others shorten it to the latest entry left.
+pub(crate) const READ_RELEASE: &str = r#"
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then
+  local current = redis.call('GET', KEYS[1])
+  if current and current ~= 'redmutex:readers' then return -1 end
+  return 0
+end
+if redis.call('GET', KEYS[1]) == 'redmutex:readers' then
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+  if last then
+    redis.call('PEXPIREAT', KEYS[1], last)
+    redis.call('PEXPIREAT', KEYS[2], last)
+  else
+    redis.call('DEL', KEYS[1])
+    if ARGV[2] == '1' then
+      redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+    end
+  end
+end
+return 1
+"#;
+
+/// Write acquire: `KEYS[1]` = name, `KEYS[2]` = its readers, `KEYS[3]` = its writer's mark, and
+/// (fenced) `KEYS[4]` = its counter; `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds,
+/// `ARGV[3]` = how long the mark lives in milliseconds (0: no mark).
+///
+/// Takes the name where it is free: no key, or only the readers' marker with no live reader
+/// left. Where live readers hold, it leaves (or renews) its mark, which new readers respect, and
+/// answers `-1`. Returns the counter (0 unfenced).
+pub(crate) const WRITE_ACQUIRE: &str = r#"
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local current = redis.call('GET', KEYS[1])
+if current then
+  if current ~= 'redmutex:readers' then return -1 end
+  if redis.call('ZCARD', KEYS[2]) > 0 then
+    if ARGV[3] ~= '0' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3]) end
+    return -1
+  end
+end
+local counter = 0
+if KEYS[4] then
+  counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if not counter then return redis.error_reply('redmutex: ' .. KEYS[4] .. ' is not a fencing counter') end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+return counter
+"#;
+
+/// Every script, for loading into a node's cache ahead of use.
+pub(crate) const ALL: [&str; 13] = [
+    RELEASE,
+    RELEASE_NOTIFY,
+    EXTEND,
+    ACQUIRE_FENCED,
+    RAISE,
+    NAMES_ACQUIRE,
+    NAMES_EXTEND,
+    NAMES_RELEASE,
+    NAMES_RAISE,
+    READ_ACQUIRE,
+    READ_EXTEND,
+    READ_RELEASE,
+    WRITE_ACQUIRE,
+];
+
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
 pub(crate) struct Digests {
     pub release: String,
@@ -80,14 +283,34 @@ pub(crate) struct Digests {
     pub extend: String,
     pub acquire_fenced: String,
     pub raise: String,
+    pub names_acquire: String,
+    pub names_extend: String,
+    pub names_release: String,
+    pub names_raise: String,
+    pub read_acquire: String,
+    pub read_extend: String,
+    pub read_release: String,
+    pub write_acquire: String,
+}
+
+fn digest(script: &str) -> String {
+    redis::Script::new(script).get_hash().to_owned()
 }
 
 pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
-    release: redis::Script::new(RELEASE).get_hash().to_owned(),
-    release_notify: redis::Script::new(RELEASE_NOTIFY).get_hash().to_owned(),
-    extend: redis::Script::new(EXTEND).get_hash().to_owned(),
-    acquire_fenced: redis::Script::new(ACQUIRE_FENCED).get_hash().to_owned(),
-    raise: redis::Script::new(RAISE).get_hash().to_owned(),
+    release: digest(RELEASE),
+    release_notify: digest(RELEASE_NOTIFY),
+    extend: digest(EXTEND),
+    acquire_fenced: digest(ACQUIRE_FENCED),
+    raise: digest(RAISE),
+    names_acquire: digest(NAMES_ACQUIRE),
+    names_extend: digest(NAMES_EXTEND),
+    names_release: digest(NAMES_RELEASE),
+    names_raise: digest(NAMES_RAISE),
+    read_acquire: digest(READ_ACQUIRE),
+    read_extend: digest(READ_EXTEND),
+    read_release: digest(READ_RELEASE),
+    write_acquire: digest(WRITE_ACQUIRE),
 });
 
 #[cfg(test)]
@@ -95,22 +318,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn digests_are_sha1_hex() {
-        for digest in [
+    fn digests_are_sha1_hex_and_distinct() {
+        let digests = [
             &DIGESTS.release,
             &DIGESTS.release_notify,
             &DIGESTS.extend,
             &DIGESTS.acquire_fenced,
             &DIGESTS.raise,
-        ] {
+            &DIGESTS.names_acquire,
+            &DIGESTS.names_extend,
+            &DIGESTS.names_release,
+            &DIGESTS.names_raise,
+            &DIGESTS.read_acquire,
+            &DIGESTS.read_extend,
+            &DIGESTS.read_release,
+            &DIGESTS.write_acquire,
+        ];
+        for digest in digests {
             assert_eq!(digest.len(), 40);
             assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
         }
-        assert_ne!(DIGESTS.release, DIGESTS.extend);
+        let distinct: std::collections::HashSet<_> = digests.iter().collect();
+        assert_eq!(distinct.len(), digests.len());
+        let all: Vec<String> = ALL.iter().map(|script| digest(script)).collect();
+        assert!(
+            digests.iter().all(|d| all.contains(d)),
+            "ALL lists every script"
+        );
     }
 
     #[test]
     fn notices_go_to_the_channel_listeners_subscribe_to() {
-        assert!(RELEASE_NOTIFY.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[1]")));
+        for script in [RELEASE_NOTIFY, NAMES_RELEASE, READ_RELEASE] {
+            assert!(script.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[")));
+        }
+    }
+
+    #[test]
+    fn the_readers_marker_is_the_one_the_scripts_use() {
+        let quoted = format!("'{READERS_MARKER}'");
+        for script in [READ_ACQUIRE, READ_EXTEND, READ_RELEASE, WRITE_ACQUIRE] {
+            assert!(script.contains(&quoted));
+            // Every mention is the marker itself, quoted whole.
+            assert_eq!(
+                script.matches("redmutex:readers").count(),
+                script.matches(&quoted).count()
+            );
+        }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::delay::RetryDelay;
 use crate::error::Error;
 use crate::quorum::expiry_millis;
+use crate::scripts::READERS_MARKER;
 use crate::target::Target;
 
 /// Default time a lock is held before the nodes drop it: 8 s.
@@ -101,6 +102,9 @@ impl Settings {
     /// Checks every rule, so that nothing invalid ever reaches a node.
     pub(crate) fn plan(&self, target: &Target) -> Result<Plan, Error> {
         target.check()?;
+        if self.fencing {
+            target.check_fencing()?;
+        }
         if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
             return Err(Error::config(
                 "expiry",
@@ -153,10 +157,17 @@ impl Settings {
     }
 }
 
-/// A lock value must be non-empty: an empty value would match any empty-string key.
+/// A lock value must be non-empty (an empty value would match any empty-string key), and must
+/// not be the readers' marker (a holder with that value would take the readers' key for its own).
 pub(crate) fn check_value(value: &str) -> Result<(), Error> {
     if value.is_empty() {
         return Err(Error::config("value", "must not be empty"));
+    }
+    if value == READERS_MARKER {
+        return Err(Error::config(
+            "value",
+            format!("`{READERS_MARKER}` is reserved for the readers of a read-write lock"),
+        ));
     }
     Ok(())
 }
@@ -245,5 +256,21 @@ mod tests {
             ..Settings::default()
         };
         assert!(matches!(s.new_value(), Err(Error::Config { field, .. }) if field == "value"));
+        let s = Settings {
+            value_fn: Some(Arc::new(|| READERS_MARKER.to_owned())),
+            ..Settings::default()
+        };
+        assert!(matches!(s.new_value(), Err(Error::Config { field, .. }) if field == "value"));
+    }
+
+    #[test]
+    fn readers_get_no_fencing() {
+        let s = Settings {
+            fencing: true,
+            ..Settings::default()
+        };
+        assert_eq!(field(s.plan(&Target::read("n".into()))), "fencing");
+        assert!(s.plan(&Target::write("n".into(), Duration::ZERO)).is_ok());
+        assert!(s.plan(&Target::multi(["a".into(), "b".into()])).is_ok());
     }
 }

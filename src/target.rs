@@ -8,20 +8,27 @@
 //! `node::Request::interpret`).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use redis::Cmd;
 
 use crate::error::Error;
 use crate::node::{Delivery, Op};
-use crate::quorum::quorum;
-use crate::scripts::{ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY};
+use crate::quorum::{quorum, whole_millis};
+use crate::scripts::{
+    ACQUIRE_FENCED, DIGESTS, EXTEND, NAMES_ACQUIRE, NAMES_EXTEND, NAMES_RAISE, NAMES_RELEASE,
+    RAISE, READ_ACQUIRE, READ_EXTEND, READ_RELEASE, RELEASE, RELEASE_NOTIFY, WRITE_ACQUIRE,
+};
 
 /// The keys a lock holds and the rules that go with them.
 pub(crate) struct Target {
     kind: Kind,
-    /// Never empty, without duplicates, in the order given.
+    /// Without duplicates, in the order given; never empty but for a multi-name lock over an
+    /// empty list, which `check` refuses before any I/O.
     names: Box<[Arc<str>]>,
+    /// The keys a read-write lock keeps beside its name, for its two sides.
+    beside: Option<Beside>,
 }
 
 /// The kinds of primitives.
@@ -29,7 +36,37 @@ pub(crate) struct Target {
 pub(crate) enum Kind {
     /// One name whose key holds the lock value: [`Mutex`](crate::Mutex).
     Name,
+    /// Several names whose keys all hold the lock value, set all or none per node: a multi-name
+    /// [`Mutex`](crate::Mutex).
+    Names,
+    /// A reader of a read-write lock: an entry in the name's readers, whose key holds the
+    /// readers' marker ([`RwLock::read`](crate::RwLock::read)).
+    Read,
+    /// The writer of a read-write lock: the name's key holds the lock value, as for a mutex
+    /// ([`RwLock::write`](crate::RwLock::write)).
+    Write,
 }
+
+/// Keys of a read-write lock beside its name, made once rather than on every command.
+#[derive(Debug)]
+struct Beside {
+    /// `<name>:readers`: the readers, a sorted set scored by when each entry expires.
+    readers: Box<str>,
+    /// `<name>:writer-waiting`: a waiting writer's mark, which new readers respect.
+    mark: Box<str>,
+    /// The name's fencing counter.
+    counter: Box<str>,
+    /// How long a writer's mark lives, in milliseconds (writers only).
+    mark_millis: u64,
+}
+
+/// Suffixes of the keys redmutex keeps beside a name `x`: `x:fence` (the fencing counter),
+/// `x:readers` and `x:writer-waiting` (a read-write lock's readers and a waiting writer's mark).
+/// No name may end in one, so that no name is ever another name's auxiliary key.
+pub(crate) const RESERVED_SUFFIXES: [&str; 3] = [":fence", ":readers", ":writer-waiting"];
+
+/// The first name of a target without names (refused by `check`), so that reading it never panics.
+static NO_NAME: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
 
 impl Target {
     /// A mutex over `name`: the key `name` holds the lock value.
@@ -37,6 +74,47 @@ impl Target {
         Target {
             kind: Kind::Name,
             names: Box::new([name]),
+            beside: None,
+        }
+    }
+
+    /// A mutex over every name of `names` at once; duplicates collapse, the first one stays.
+    pub(crate) fn multi(names: impl IntoIterator<Item = Arc<str>>) -> Target {
+        let mut unique: Vec<Arc<str>> = Vec::new();
+        for name in names {
+            if !unique.contains(&name) {
+                unique.push(name);
+            }
+        }
+        Target {
+            kind: Kind::Names,
+            names: unique.into_boxed_slice(),
+            beside: None,
+        }
+    }
+
+    /// The readers' side of a read-write lock over `name`.
+    pub(crate) fn read(name: Arc<str>) -> Target {
+        Target::side(Kind::Read, name, Duration::ZERO)
+    }
+
+    /// The writer's side of a read-write lock over `name`, whose mark (left while readers hold)
+    /// lives for `mark`.
+    pub(crate) fn write(name: Arc<str>, mark: Duration) -> Target {
+        Target::side(Kind::Write, name, mark)
+    }
+
+    fn side(kind: Kind, name: Arc<str>, mark: Duration) -> Target {
+        let beside = Beside {
+            readers: format!("{name}:readers").into(),
+            mark: format!("{name}:writer-waiting").into(),
+            counter: counter_key(&name).into(),
+            mark_millis: whole_millis(mark),
+        };
+        Target {
+            kind,
+            names: Box::new([name]),
+            beside: Some(beside),
         }
     }
 
@@ -47,20 +125,58 @@ impl Target {
 
     /// The first name: the only one for single-name targets, and the one traces show.
     pub(crate) fn first(&self) -> &Arc<str> {
-        &self.names[0]
+        self.names.first().unwrap_or(&NO_NAME)
     }
 
-    /// How many of `nodes` nodes must agree.
+    /// Whether holders exclude each other: readers do not, so a reader that finds the name's
+    /// key present may still get in.
+    pub(crate) fn exclusive(&self) -> bool {
+        self.kind != Kind::Read
+    }
+
+    /// How many of `nodes` nodes must agree. A majority for every kind: two majorities share a
+    /// node, where the second acquire script saw what the first left (see the README).
     pub(crate) fn quorum(&self, nodes: usize) -> usize {
         match self.kind {
-            Kind::Name => quorum(nodes),
+            Kind::Name | Kind::Names | Kind::Read | Kind::Write => quorum(nodes),
         }
     }
 
-    /// Checks what needs no I/O: names that cannot be keys.
+    /// Checks what needs no I/O: names that cannot be keys, or that could be another name's
+    /// auxiliary keys.
     pub(crate) fn check(&self) -> Result<(), Error> {
-        if self.names.iter().any(|name| name.is_empty()) {
-            return Err(Error::config("name", "must not be empty"));
+        if self.names.is_empty() {
+            return Err(Error::config("names", "must not be empty"));
+        }
+        for (index, name) in self.names.iter().enumerate() {
+            let field = || match self.kind {
+                Kind::Names => format!("names[{index}]"),
+                Kind::Name | Kind::Read | Kind::Write => "name".to_owned(),
+            };
+            if name.is_empty() {
+                return Err(Error::config(field(), "must not be empty"));
+            }
+            if let Some(suffix) = RESERVED_SUFFIXES.iter().find(|s| name.ends_with(**s)) {
+                return Err(Error::config(
+                    field(),
+                    format!(
+                        "must not end in `{suffix}`: redmutex keeps `<name>{suffix}` beside \
+                         the key of a name (reserved suffixes: {})",
+                        RESERVED_SUFFIXES.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether holders get fencing tokens: not readers, who do not exclude each other.
+    pub(crate) fn check_fencing(&self) -> Result<(), Error> {
+        if self.kind == Kind::Read {
+            return Err(Error::config(
+                "fencing",
+                "readers get no fencing tokens: they do not exclude each other",
+            ));
         }
         Ok(())
     }
@@ -77,9 +193,17 @@ impl Target {
             Delivery::ByDigest => Verb::EvalSha,
             Delivery::Inline => Verb::Eval,
         };
+        match self.kind {
+            Kind::Name => self.name_command(op, verb, value, millis),
+            Kind::Names => self.names_command(op, verb, value, millis),
+            Kind::Read | Kind::Write => self.side_command(op, verb, value, millis),
+        }
+    }
+
+    fn name_command(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
         let name = self.first();
-        match (self.kind, op) {
-            (Kind::Name, Op::Acquire) => {
+        match op {
+            Op::Acquire => {
                 // Sized up front: growing the buffers arg by arg costs more than the rest.
                 let mut cmd = Cmd::with_capacity(6, 24 + name.len() + value.len());
                 cmd.arg("SET")
@@ -90,38 +214,135 @@ impl Target {
                     .arg(millis);
                 cmd
             }
-            (Kind::Name, Op::Extend) => script_cmd(
+            Op::Extend => script_cmd(
                 verb.script(EXTEND, &DIGESTS.extend),
                 verb,
                 name,
                 value,
                 Some(millis),
             ),
-            (Kind::Name, Op::Release { notify: false }) => script_cmd(
+            Op::Release { notify: false } => script_cmd(
                 verb.script(RELEASE, &DIGESTS.release),
                 verb,
                 name,
                 value,
                 None,
             ),
-            (Kind::Name, Op::Release { notify: true }) => script_cmd(
+            Op::Release { notify: true } => script_cmd(
                 verb.script(RELEASE_NOTIFY, &DIGESTS.release_notify),
                 verb,
                 name,
                 value,
                 None,
             ),
-            (Kind::Name, Op::AcquireFenced) => fenced_cmd(
+            Op::AcquireFenced => fenced_cmd(
                 verb.script(ACQUIRE_FENCED, &DIGESTS.acquire_fenced),
                 verb,
                 name,
                 value,
                 millis,
             ),
-            (Kind::Name, Op::Raise(token)) => {
+            Op::Raise(token) => {
                 fenced_cmd(verb.script(RAISE, &DIGESTS.raise), verb, name, value, token)
             }
         }
+    }
+
+    /// Multi-name commands: the names are the keys, followed by their counters where fenced.
+    fn names_command(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
+        let (script, fenced) = match op {
+            Op::Acquire => (verb.script(NAMES_ACQUIRE, &DIGESTS.names_acquire), false),
+            Op::AcquireFenced => (verb.script(NAMES_ACQUIRE, &DIGESTS.names_acquire), true),
+            Op::Extend => (verb.script(NAMES_EXTEND, &DIGESTS.names_extend), false),
+            Op::Release { .. } => (verb.script(NAMES_RELEASE, &DIGESTS.names_release), false),
+            Op::Raise(_) => (verb.script(NAMES_RAISE, &DIGESTS.names_raise), true),
+        };
+        let keys = if fenced {
+            2 * self.names.len()
+        } else {
+            self.names.len()
+        };
+        let bytes: usize = self.names.iter().map(|name| name.len() + 8).sum();
+        let mut cmd = Cmd::with_capacity(keys + 6, 48 + script.len() + 2 * bytes + value.len());
+        cmd.arg(verb.word()).arg(script).arg(keys);
+        for name in &self.names {
+            cmd.arg(&**name);
+        }
+        if fenced {
+            for name in &self.names {
+                cmd.arg(counter_key(name));
+            }
+        }
+        cmd.arg(value);
+        match op {
+            Op::Acquire => cmd.arg(millis).arg(0),
+            Op::AcquireFenced => cmd.arg(millis).arg(1),
+            Op::Extend => cmd.arg(millis),
+            Op::Release { notify } => cmd.arg(u8::from(notify)),
+            Op::Raise(token) => cmd.arg(token),
+        };
+        cmd
+    }
+
+    /// Read-write lock commands. The writer holds the name's key as a mutex does, so it shares
+    /// the mutex's extend, release and raise; only its acquire also looks at the readers.
+    fn side_command(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
+        let Some(beside) = &self.beside else {
+            // Not reached: read and write targets are made with their keys.
+            return self.name_command(op, verb, value, millis);
+        };
+        let name = self.first();
+        let read = self.kind == Kind::Read;
+        let mut cmd = Cmd::with_capacity(9, 64 + 4 * name.len() + value.len());
+        match op {
+            // Readers never fence (`check` refuses it): their acquire answers 0 either way.
+            Op::Acquire | Op::AcquireFenced if read => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(READ_ACQUIRE, &DIGESTS.read_acquire))
+                    .arg(3)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(&*beside.mark)
+                    .arg(value)
+                    .arg(millis);
+            }
+            Op::Acquire | Op::AcquireFenced => {
+                let fenced = op == Op::AcquireFenced;
+                cmd.arg(verb.word())
+                    .arg(verb.script(WRITE_ACQUIRE, &DIGESTS.write_acquire))
+                    .arg(if fenced { 4 } else { 3 })
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(&*beside.mark);
+                if fenced {
+                    cmd.arg(&*beside.counter);
+                }
+                cmd.arg(value).arg(millis).arg(beside.mark_millis);
+            }
+            // Not reached for readers either; a renewal of the reader's entry is harmless.
+            Op::Extend | Op::Raise(_) if read => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(READ_EXTEND, &DIGESTS.read_extend))
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(value)
+                    .arg(millis);
+            }
+            Op::Release { notify } if read => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(READ_RELEASE, &DIGESTS.read_release))
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(value)
+                    .arg(u8::from(notify));
+            }
+            Op::Extend | Op::Release { .. } | Op::Raise(_) => {
+                return self.name_command(op, verb, value, millis);
+            }
+        }
+        cmd
     }
 }
 
@@ -130,6 +351,7 @@ impl fmt::Debug for Target {
         f.debug_struct("Target")
             .field("kind", &self.kind)
             .field("names", &self.names)
+            .field("mark_ms", &self.beside.as_ref().map(|b| b.mark_millis))
             .finish()
     }
 }
@@ -218,6 +440,123 @@ mod tests {
         let inline = target.command(Op::Raise(7), Delivery::Inline, "v", 5);
         assert_eq!(words(&inline)[2..], ["2", "name", "name:fence", "v", "7"]);
         assert_eq!(words(&inline)[0], "EVAL");
+    }
+
+    #[test]
+    fn a_multi_name_lock_sends_every_name_in_one_script() {
+        let target = Target::multi(["a", "b", "a", "c"].map(Arc::from));
+        let names: Vec<&str> = target.names().iter().map(|n| &**n).collect();
+        assert_eq!(names, ["a", "b", "c"], "duplicates collapse, order stays");
+        let acquire = target.command(Op::Acquire, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&acquire),
+            [
+                "EVALSHA",
+                &DIGESTS.names_acquire,
+                "3",
+                "a",
+                "b",
+                "c",
+                "v",
+                "8000",
+                "0"
+            ]
+        );
+        let fenced = target.command(Op::AcquireFenced, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&fenced)[2..],
+            [
+                "6", "a", "b", "c", "a:fence", "b:fence", "c:fence", "v", "8000", "1"
+            ]
+        );
+        let raise = target.command(Op::Raise(9), Delivery::Inline, "v", 8000);
+        assert_eq!(words(&raise)[0], "EVAL");
+        assert_eq!(
+            words(&raise)[2..],
+            [
+                "6", "a", "b", "c", "a:fence", "b:fence", "c:fence", "v", "9"
+            ]
+        );
+        let release = target.command(Op::Release { notify: true }, Delivery::ByDigest, "v", 1);
+        assert_eq!(words(&release)[2..], ["3", "a", "b", "c", "v", "1"]);
+        let extend = target.command(Op::Extend, Delivery::ByDigest, "v", 5);
+        assert_eq!(words(&extend)[1], DIGESTS.names_extend);
+        assert_eq!(words(&extend)[2..], ["3", "a", "b", "c", "v", "5"]);
+        assert!(target.is_script(Op::Acquire));
+    }
+
+    #[test]
+    fn the_two_sides_of_a_read_write_lock() {
+        let read = Target::read("n".into());
+        let cmd = read.command(Op::Acquire, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&cmd),
+            [
+                "EVALSHA",
+                &DIGESTS.read_acquire,
+                "3",
+                "n",
+                "n:readers",
+                "n:writer-waiting",
+                "v",
+                "8000"
+            ]
+        );
+        let cmd = read.command(Op::Release { notify: false }, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&cmd)[1..],
+            [&*DIGESTS.read_release, "2", "n", "n:readers", "v", "0"]
+        );
+        assert!(!read.exclusive());
+
+        let write = Target::write("n".into(), Duration::from_millis(1450));
+        let cmd = write.command(Op::AcquireFenced, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&cmd)[1..],
+            [
+                &*DIGESTS.write_acquire,
+                "4",
+                "n",
+                "n:readers",
+                "n:writer-waiting",
+                "n:fence",
+                "v",
+                "8000",
+                "1450"
+            ]
+        );
+        // Holding the name's key like a mutex, the writer shares its other scripts.
+        let mutex = Target::name("n".into());
+        for op in [Op::Extend, Op::Release { notify: true }, Op::Raise(3)] {
+            let write = write.command(op, Delivery::ByDigest, "v", 8000);
+            let mutex = mutex.command(op, Delivery::ByDigest, "v", 8000);
+            assert_eq!(words(&write), words(&mutex), "{op:?}");
+        }
+        assert!(write.exclusive());
+        assert!(write.check_fencing().is_ok());
+        assert!(matches!(
+            read.check_fencing(),
+            Err(Error::Config { field, .. }) if field == "fencing"
+        ));
+    }
+
+    #[test]
+    fn bad_names_are_config_errors() {
+        let field = |target: Target| match target.check() {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(field(Target::multi([])), "names");
+        assert_eq!(field(Target::multi(["a", ""].map(Arc::from))), "names[1]");
+        for suffix in RESERVED_SUFFIXES {
+            let name: Arc<str> = format!("x{suffix}").into();
+            assert_eq!(field(Target::name(Arc::clone(&name))), "name");
+            assert_eq!(field(Target::read(Arc::clone(&name))), "name");
+            assert_eq!(field(Target::multi([Arc::from("a"), name])), "names[1]");
+        }
+        // Only the suffix is reserved.
+        assert!(Target::name("fence:readers:x".into()).check().is_ok());
+        assert_eq!(Target::multi([]).first().len(), 0, "no panic without names");
     }
 
     #[test]
