@@ -43,11 +43,13 @@ use crate::target::Target;
 /// A write attempt that finds live readers on a node leaves (or renews) a mark there, and new
 /// readers are refused on a node with a mark, while readers that hold may go on, extend and
 /// unlock. So once a writer waits, no new reader gets in on the nodes it marked, and the writer
-/// gets in at its first attempt after the readers that held have left: each within its expiry,
-/// unless it extends (a reader that keeps extending keeps holding, and keeps the writer out). The
-/// mark lives three node timeouts plus the longest retry delay, at most the expiry (1.45 s with
-/// the defaults), long enough to last from one attempt of a waiting writer to its next; each
-/// attempt renews it, and the writer's successful attempt removes it. A writer that gives up
+/// (or another writer) gets in at its first attempt after the readers that held have left: each
+/// within its expiry, unless it extends (a reader that keeps extending keeps holding, and keeps
+/// the writer out). The mark lives three node timeouts plus the longest retry delay, at most the
+/// expiry (1.45 s with the defaults), long enough to last from one attempt of a waiting writer to
+/// its next; each attempt renews it, and any writer's successful attempt removes it (while a
+/// writer holds, readers are refused anyway, and a writer still waiting marks again at its next
+/// attempt). A writer that gives up
 /// (its tries are spent, its call is cancelled, or a single [`try_write`](RwLock::try_write))
 /// leaves its mark to expire, which keeps new readers out that long. With a custom retry delay
 /// ([`with_retry_delay_fn`](RwLock::with_retry_delay_fn)) the longest delay is unknown, and the

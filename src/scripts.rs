@@ -204,18 +204,15 @@ return 1
 "#;
 
 /// Read release: `KEYS[1]` = name, `KEYS[2]` = its readers; `ARGV[1]` = value, `ARGV[2]` = `1` to
-/// publish a release notice when the name is freed. Removes our entry; the last reader to leave
-/// deletes the marker (and so frees the name), the others shorten it to the latest entry left.
+/// publish a release notice when the name is freed. Removes our entry; when no live entry is
+/// left, deletes the marker (and so frees the name), otherwise shortens it to the latest entry.
 pub(crate) const READ_RELEASE: &str = r#"
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then
-  local current = redis.call('GET', KEYS[1])
-  if current and current ~= 'redmutex:readers' then return -1 end
-  return 0
-end
-if redis.call('GET', KEYS[1]) == 'redmutex:readers' then
+local removed = redis.call('ZREM', KEYS[2], ARGV[1])
+local current = redis.call('GET', KEYS[1])
+if current == 'redmutex:readers' then
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
   if last then
     redis.call('PEXPIREAT', KEYS[1], last)
@@ -227,7 +224,9 @@ if redis.call('GET', KEYS[1]) == 'redmutex:readers' then
     end
   end
 end
-return 1
+if removed == 1 then return 1 end
+if current and current ~= 'redmutex:readers' then return -1 end
+return 0
 "#;
 
 /// Write acquire: `KEYS[1]` = name, `KEYS[2]` = its readers, `KEYS[3]` = its writer's mark, and
@@ -236,7 +235,9 @@ return 1
 ///
 /// Takes the name where it is free: no key, or only the readers' marker with no live reader
 /// left. Where live readers hold, it leaves (or renews) its mark, which new readers respect, and
-/// answers `-1`. Returns the counter (0 unfenced).
+/// answers `-1`. A writer that gets in removes the mark, whoever left it: while a writer holds,
+/// readers are refused anyway, and a writer still waiting marks again at its next attempt (each
+/// attempt may have a value of its own). Returns the counter (0 unfenced).
 pub(crate) const WRITE_ACQUIRE: &str = r#"
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
@@ -255,7 +256,7 @@ if KEYS[4] then
   if not counter then return redis.error_reply('redmutex: ' .. KEYS[4] .. ' is not a fencing counter') end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+redis.call('DEL', KEYS[3])
 return counter
 "#;
 
