@@ -14,7 +14,8 @@ use crate::redlock::Redlock;
 use crate::settings::{Plan, Settings};
 use crate::target::Target;
 
-/// A distributed mutex for one resource name: configuration only, no lock state.
+/// A distributed mutex for one resource name ([`Redlock::new_mutex`]), or for several names taken
+/// all at once ([`Redlock::new_multi_mutex`]): configuration only, no lock state.
 ///
 /// Cheap to clone, `Send + Sync`; make one per resource (or per call) from a shared
 /// [`Redlock`]. Each successful [`lock()`](Mutex::lock) returns a [`Lock`], the proof of ownership.
