@@ -20,6 +20,11 @@
 //!   with `with_fencing(true)`: one more round trip per acquisition).
 //! - **rslock** (crates.io), built as `peers/rslock-bench` and run as a subprocess against the same
 //!   nodes with the same harness (`benches/support/harness.rs`).
+//! - The other primitives, against **redmutex default** (a plain `Mutex`): **redmutex names-N**, a
+//!   multi-name lock of N = 1, 2, 8 and 32 names (`<task's name>:0` ... `:N-1`; uncontended
+//!   workloads only), and **redmutex rw-read** and **redmutex rw-write**, the two sides of a
+//!   read-write lock on the task's name (in the contended workload: 8 readers of one name, which
+//!   hold together, against 8 writers).
 //!
 //! The background load of a shared machine drifts over seconds, so rows measured one after the
 //! other would compare different moments. Each row's measured time is therefore split into
@@ -86,23 +91,42 @@ enum Who {
     /// Default options plus `with_fencing(true)`: the cost of the raise round.
     RedmutexFencing,
     Rslock,
+    /// A multi-name lock over this many names, default options.
+    RedmutexNames(usize),
+    /// The read side of a read-write lock, default options.
+    RedmutexRead,
+    /// The write side of a read-write lock, default options.
+    RedmutexWrite,
 }
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 6] = [
+    const ALL: [Who; 12] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
         Who::RedmutexFailFast,
         Who::RedmutexFencing,
         Who::Rslock,
+        Who::RedmutexNames(1),
+        Who::RedmutexNames(2),
+        Who::RedmutexNames(8),
+        Who::RedmutexNames(32),
+        Who::RedmutexRead,
+        Who::RedmutexWrite,
     ];
 
-    /// Run order before rotation: each library next to its floor.
-    const RUN: [Who; 6] = [
+    /// Run order before rotation: each library next to its floor, the other primitives next to
+    /// the plain mutex.
+    const RUN: [Who; 12] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
+        Who::RedmutexNames(1),
+        Who::RedmutexNames(2),
+        Who::RedmutexNames(8),
+        Who::RedmutexNames(32),
+        Who::RedmutexRead,
+        Who::RedmutexWrite,
         Who::RedmutexFencing,
         Who::FloorQuorum,
         Who::RedmutexFailFast,
@@ -117,10 +141,18 @@ impl Who {
             Who::RedmutexFailFast => "redmutex fail-fast",
             Who::RedmutexFencing => "redmutex fencing",
             Who::Rslock => "rslock 0.10.0",
+            Who::RedmutexNames(1) => "redmutex names-1",
+            Who::RedmutexNames(2) => "redmutex names-2",
+            Who::RedmutexNames(8) => "redmutex names-8",
+            Who::RedmutexNames(32) => "redmutex names-32",
+            Who::RedmutexNames(_) => "redmutex names-n",
+            Who::RedmutexRead => "redmutex rw-read",
+            Who::RedmutexWrite => "redmutex rw-write",
         }
     }
 
-    /// The floor each contender's ratios are taken against.
+    /// The row each contender's ratios are taken against: a floor, or for the other primitives
+    /// the plain mutex.
     fn baseline(self) -> Option<Who> {
         match self {
             Who::FloorWaitAll => None,
@@ -128,7 +160,16 @@ impl Who {
                 Some(Who::FloorWaitAll)
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
+            Who::RedmutexNames(_) | Who::RedmutexRead | Who::RedmutexWrite => {
+                Some(Who::RedmutexDefault)
+            }
         }
+    }
+
+    /// Whether the contender runs in `workload`: multi-name locks only uncontended (the issue
+    /// asks for their latency and throughput against the plain lock, not for their contention).
+    fn runs_in(self, workload: Workload) -> bool {
+        !(matches!(self, Who::RedmutexNames(_)) && workload.contended())
     }
 }
 
@@ -225,7 +266,11 @@ fn main() -> ExitCode {
 
     let mut rows = Vec::new();
     let mut rounds_of = Vec::new();
-    let total = Flavor::ALL.len() * Workload::ALL.len() * Who::RUN.len();
+    let per_flavor: usize = Workload::ALL
+        .iter()
+        .map(|&w| Who::RUN.iter().filter(|who| who.runs_in(w)).count())
+        .sum();
+    let total = Flavor::ALL.len() * per_flavor;
     let rounds = config.rounds as usize;
     let round_timing = Timing {
         measure: config.timing.measure / config.rounds,
@@ -240,7 +285,7 @@ fn main() -> ExitCode {
             for i in 0..Who::RUN.len() {
                 let who = Who::RUN[(i + shift) % Who::RUN.len()];
                 let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
-                if config.selects(&label) {
+                if who.runs_in(workload) && config.selects(&label) {
                     seq += 1;
                     group.push((who, seq, Vec::with_capacity(rounds)));
                 }
@@ -397,6 +442,41 @@ fn run_contender(
                     .collect())
             })
         }
+        Who::RedmutexNames(count) => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| {
+                        let names = (0..count).map(|i| format!("{name}:{i}"));
+                        let mut mutex = redlock.new_multi_mutex(names);
+                        if workload.contended() {
+                            mutex = mutex.with_retry_delay(timing.retry_delay);
+                        }
+                        Redmutex { mutex, held: None }
+                    })
+                    .collect())
+            })
+        }
+        Who::RedmutexRead | Who::RedmutexWrite => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| {
+                        let mut rwlock = redlock.new_rwlock(name);
+                        if workload.contended() {
+                            rwlock = rwlock.with_retry_delay(timing.retry_delay);
+                        }
+                        RedmutexRw {
+                            rwlock,
+                            read: who == Who::RedmutexRead,
+                            held: None,
+                        }
+                    })
+                    .collect())
+            })
+        }
         Who::Rslock => match rslock {
             Ok(binary) => run_rslock(binary, flavor, workload, timing, &urls, prefix),
             Err(error) => Row::failed(
@@ -432,6 +512,41 @@ impl Contender for Redmutex {
             Some(lock) => lock.unlock().await.is_ok(),
             None => false,
         }
+    }
+}
+
+/// One task's read-write lock client: one side of an `RwLock` made once.
+struct RedmutexRw {
+    rwlock: redmutex::RwLock,
+    read: bool,
+    held: Option<Lock>,
+}
+
+impl Contender for RedmutexRw {
+    async fn lock(&mut self) -> bool {
+        let lock = if self.read {
+            self.rwlock.read().await
+        } else {
+            self.rwlock.write().await
+        };
+        match lock {
+            Ok(lock) => {
+                self.held = Some(lock);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn unlock(&mut self) -> bool {
+        match self.held.take() {
+            Some(lock) => lock.unlock().await.is_ok(),
+            None => false,
+        }
+    }
+
+    fn shared(&self) -> bool {
+        self.read
     }
 }
 
@@ -1143,6 +1258,107 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
                 ratio(value)
             ));
         }
+        for (label, who, workload, pick, goal) in [
+            (
+                "1-task p50 names-1/mutex",
+                Who::RedmutexNames(1),
+                u1,
+                "p50",
+                "-",
+            ),
+            (
+                "1-task p50 names-2/mutex",
+                Who::RedmutexNames(2),
+                u1,
+                "p50",
+                "-",
+            ),
+            (
+                "1-task p50 names-8/mutex",
+                Who::RedmutexNames(8),
+                u1,
+                "p50",
+                "<= 1.10",
+            ),
+            (
+                "1-task p50 names-32/mutex",
+                Who::RedmutexNames(32),
+                u1,
+                "p50",
+                "-",
+            ),
+            (
+                "32-task thr names-1/mutex",
+                Who::RedmutexNames(1),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "32-task thr names-2/mutex",
+                Who::RedmutexNames(2),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "32-task thr names-8/mutex",
+                Who::RedmutexNames(8),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "32-task thr names-32/mutex",
+                Who::RedmutexNames(32),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "1-task p50 rw-read/mutex",
+                Who::RedmutexRead,
+                u1,
+                "p50",
+                "<= 1.15",
+            ),
+            (
+                "1-task p50 rw-write/mutex",
+                Who::RedmutexWrite,
+                u1,
+                "p50",
+                "<= 1.15",
+            ),
+        ] {
+            let (value, spread) = find(who, rt, workload).map_or((None, None), |r| {
+                let rounds = r.round_ratios;
+                match pick {
+                    "p50" => (r.p50_ratio, rounds.map(|s| s.p50)),
+                    _ => (r.throughput_ratio, rounds.map(|s| s.throughput)),
+                }
+            });
+            let rounds = spread.map_or_else(String::new, |s| {
+                format!(
+                    "; rounds: median {:.2}, {:.2}-{:.2}",
+                    s.median, s.min, s.max
+                )
+            });
+            line.push_str(&format!(
+                "\n    {label:<30} {:>5} (goal {goal}{rounds})",
+                ratio(value)
+            ));
+        }
+        let c8 = Workload::Contended8;
+        let readers = find(Who::RedmutexRead, rt, c8);
+        let writers = find(Who::RedmutexWrite, rt, c8);
+        let versus = readers
+            .zip(writers)
+            .and_then(|(r, w)| (w.cycles_per_s > 0.0).then(|| r.cycles_per_s / w.cycles_per_s));
+        line.push_str(&format!(
+            "\n    {:<30} {:>5} (goal >= 6)",
+            "8-task thr readers/writers",
+            ratio(versus)
+        ));
         let ff = find(Who::RedmutexFailFast, rt, u32_);
         let rs = find(Who::Rslock, rt, u32_);
         let versus = ff.zip(rs).and_then(|(ff, rs)| {

@@ -89,11 +89,14 @@ pub(crate) const READERS_MARKER: &str = "redmutex:readers";
 /// the same order; `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds, `ARGV[3]` = `1` if
 /// fenced. Sets nothing unless every name is free here, so no node ever holds part of a
 /// multi-name lock. Returns the highest counter of the names (0 unfenced), or `-1`.
+///
+/// Each command a script calls costs about as much as the work it does here, so the names are
+/// checked in one `EXISTS` (in slices: Lua's `unpack` has a bounded stack).
 pub(crate) const NAMES_ACQUIRE: &str = r#"
 local names = #KEYS
 if ARGV[3] == '1' then names = names / 2 end
-for i = 1, names do
-  if redis.call('EXISTS', KEYS[i]) == 1 then return -1 end
+for first = 1, names, 1000 do
+  if redis.call('EXISTS', unpack(KEYS, first, math.min(first + 999, names))) > 0 then return -1 end
 end
 local counter = 0
 for i = names + 1, #KEYS do
@@ -109,14 +112,16 @@ return counter
 
 /// Multi-name compare-and-PEXPIRE: `KEYS` = the names, `ARGV[1]` = value, `ARGV[2]` = expiry in
 /// milliseconds. Acts only where every name still holds our value: a node that lost one key
-/// does not hold the lock.
+/// does not hold the lock. The names are read in one `MGET` per slice of 1000.
 pub(crate) const NAMES_EXTEND: &str = r#"
-local gone = false
-for i = 1, #KEYS do
-  local current = redis.call('GET', KEYS[i])
-  if not current then gone = true elseif current ~= ARGV[1] then return -1 end
+local verdict = 1
+for first = 1, #KEYS, 1000 do
+  local current = redis.call('MGET', unpack(KEYS, first, math.min(first + 999, #KEYS)))
+  for i = 1, #current do
+    if not current[i] then verdict = 0 elseif current[i] ~= ARGV[1] then return -1 end
+  end
 end
-if gone then return 0 end
+if verdict == 0 then return 0 end
 for i = 1, #KEYS do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
@@ -124,21 +129,30 @@ return 1
 "#;
 
 /// Multi-name compare-and-delete: `KEYS` = the names, `ARGV[1]` = value, `ARGV[2]` = `1` to
-/// publish a release notice for each name freed. Deletes every name that holds our value;
-/// answers `1` only if all of them did.
+/// publish a release notice for each name freed. Deletes every name that holds our value (one
+/// `MGET` and one `DEL` per slice of 1000); answers `1` only if all of them did.
 pub(crate) const NAMES_RELEASE: &str = r#"
 local result = 1
-for i = 1, #KEYS do
-  local current = redis.call('GET', KEYS[i])
-  if current == ARGV[1] then
-    redis.call('DEL', KEYS[i])
-    if ARGV[2] == '1' then
-      redis.call('PUBLISH', 'redmutex:released:' .. KEYS[i], ARGV[1])
+for first = 1, #KEYS, 1000 do
+  local last = math.min(first + 999, #KEYS)
+  local current = redis.call('MGET', unpack(KEYS, first, last))
+  local ours = {}
+  for i = 1, #current do
+    if current[i] == ARGV[1] then
+      ours[#ours + 1] = KEYS[first + i - 1]
+    elseif current[i] then
+      result = -1
+    elseif result == 1 then
+      result = 0
     end
-  elseif current then
-    result = -1
-  elseif result == 1 then
-    result = 0
+  end
+  if #ours > 0 then
+    redis.call('DEL', unpack(ours))
+    if ARGV[2] == '1' then
+      for i = 1, #ours do
+        redis.call('PUBLISH', 'redmutex:released:' .. ours[i], ARGV[1])
+      end
+    end
   end
 end
 return result
@@ -148,12 +162,12 @@ return result
 /// `ARGV[2]` = token. Raises every name's counter, only where every name holds our value.
 pub(crate) const NAMES_RAISE: &str = r#"
 local names = #KEYS / 2
-local gone = false
+local verdict = 1
 for i = 1, names do
   local current = redis.call('GET', KEYS[i])
-  if not current then gone = true elseif current ~= ARGV[1] then return -1 end
+  if not current then verdict = 0 elseif current ~= ARGV[1] then return -1 end
 end
-if gone then return 0 end
+if verdict == 0 then return 0 end
 local token = tonumber(ARGV[2])
 local counters = {}
 for i = names + 1, #KEYS do
@@ -169,62 +183,84 @@ return 1
 /// Read acquire: `KEYS[1]` = name, `KEYS[2]` = its readers, `KEYS[3]` = its writer's mark;
 /// `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds.
 ///
-/// Readers are a sorted set scored by when each entry expires on this node's own clock (`TIME`),
-/// swept of expired entries first. A reader is refused while a writer (or a mutex) holds the name
-/// or a writer waits (its mark). Otherwise its entry goes in, and the name's key holds the
-/// readers' marker until the last entry expires, so `SET NX` of a writer fails meanwhile.
+/// Readers are a sorted set scored by when each entry expires on this node's own clock (`TIME`).
+/// A reader is refused while a writer (or a mutex) holds the name or a writer waits (its mark).
+/// Otherwise its entry goes in, and the name's key holds the readers' marker, its expiry (and
+/// the set's) raised to the entry's if that is later (`GT`): the marker lives as long as the
+/// latest live entry, so `SET NX` of a writer fails meanwhile. Where the marker is missing, no
+/// entry is live (the marker outlives them all), and the set's expiry is set outright.
+///
+/// Expired entries are not swept here: every decision compares scores with the clock, and the
+/// entry added is later than any expired one; releases and writers sweep. Each command a script
+/// calls costs about a microsecond, so this one calls few: `MGET` reads the name and the mark at
+/// once, and `SET NX` keeps a key of another type at the name (which `MGET` reads as missing)
+/// from being overwritten (the entry goes in first, so that a readers key of another type fails
+/// the script before it wrote anything). Lua passes numbers as `%.14g`, exact for these 13-digit
+/// times.
 pub(crate) const READ_ACQUIRE: &str = r#"
+local current = redis.call('MGET', KEYS[1], KEYS[3])
+if current[1] and current[1] ~= 'redmutex:readers' then return -1 end
+if current[2] then return -1 end
 local clock = redis.call('TIME')
-local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local current = redis.call('GET', KEYS[1])
-if current and current ~= 'redmutex:readers' then return -1 end
-if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
-redis.call('ZADD', KEYS[2], string.format('%d', now + ARGV[2]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
-redis.call('SET', KEYS[1], 'redmutex:readers', 'PXAT', last)
-redis.call('PEXPIREAT', KEYS[2], last)
+local expires = clock[1] * 1000 + math.floor(clock[2] / 1000) + ARGV[2]
+redis.call('ZADD', KEYS[2], expires, ARGV[1])
+if current[1] then
+  redis.call('PEXPIREAT', KEYS[1], expires, 'GT')
+elseif not redis.call('SET', KEYS[1], 'redmutex:readers', 'NX', 'PXAT', expires) then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return redis.error_reply('redmutex: ' .. KEYS[1] .. ' holds a key of another type')
+end
+-- GT never gives a key without expiry one: a set made anew under a marker (which the other
+-- scripts never leave behind) must not live for ever.
+if not current[1] or (redis.call('PEXPIREAT', KEYS[2], expires, 'GT') == 0
+    and redis.call('PTTL', KEYS[2]) == -1) then
+  redis.call('PEXPIREAT', KEYS[2], expires)
+end
 return 0
 "#;
 
 /// Read extend: `KEYS[1]` = name, `KEYS[2]` = its readers; `ARGV[1]` = value, `ARGV[2]` = expiry
-/// in milliseconds. Renews our live entry and keeps the marker alive as long as the latest entry.
+/// in milliseconds. Renews our entry where it is still live, and raises the marker's expiry (and
+/// the set's) to the entry's if that is later.
 pub(crate) const READ_EXTEND: &str = r#"
-local clock = redis.call('TIME')
-local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local current = redis.call('GET', KEYS[1])
 if current and current ~= 'redmutex:readers' then return -1 end
-if not current or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[2], 'XX', string.format('%d', now + ARGV[2]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
-redis.call('PEXPIREAT', KEYS[1], last)
-redis.call('PEXPIREAT', KEYS[2], last)
+if not current then return 0 end
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) <= now then return 0 end
+local expires = now + ARGV[2]
+redis.call('ZADD', KEYS[2], 'XX', expires, ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], expires, 'GT')
+redis.call('PEXPIREAT', KEYS[2], expires, 'GT')
 return 1
 "#;
 
 /// Read release: `KEYS[1]` = name, `KEYS[2]` = its readers; `ARGV[1]` = value, `ARGV[2]` = `1` to
-/// publish a release notice when the name is freed. Removes our entry; when no live entry is
-/// left, deletes the marker (and so frees the name), otherwise shortens it to the latest entry.
+/// publish a release notice when the name is freed. Removes our entry. When no live entry is
+/// left, deletes the marker and the set (expired entries with it), which frees the name;
+/// otherwise, if ours was the latest entry, lowers the marker's expiry (and the set's) to the
+/// latest one left.
 pub(crate) const READ_RELEASE: &str = r#"
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local removed = redis.call('ZREM', KEYS[2], ARGV[1])
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if score then redis.call('ZREM', KEYS[2], ARGV[1]) end
 local current = redis.call('GET', KEYS[1])
 if current == 'redmutex:readers' then
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
-  if last then
-    redis.call('PEXPIREAT', KEYS[1], last)
-    redis.call('PEXPIREAT', KEYS[2], last)
-  else
-    redis.call('DEL', KEYS[1])
+  local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+  if not latest or tonumber(latest) <= now then
+    redis.call('DEL', KEYS[1], KEYS[2])
     if ARGV[2] == '1' then
       redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
     end
+  elseif score and tonumber(score) > tonumber(latest) then
+    redis.call('PEXPIREAT', KEYS[1], latest)
+    redis.call('PEXPIREAT', KEYS[2], latest)
   end
 end
-if removed == 1 then return 1 end
+if score and tonumber(score) > now then return 1 end
 if current and current ~= 'redmutex:readers' then return -1 end
 return 0
 "#;
@@ -233,18 +269,19 @@ return 0
 /// (fenced) `KEYS[4]` = its counter; `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds,
 /// `ARGV[3]` = how long the mark lives in milliseconds (0: no mark).
 ///
-/// Takes the name where it is free: no key, or only the readers' marker with no live reader
-/// left. Where live readers hold, it leaves (or renews) its mark, which new readers respect, and
-/// answers `-1`. A writer that gets in removes the mark, whoever left it: while a writer holds,
-/// readers are refused anyway, and a writer still waiting marks again at its next attempt (each
-/// attempt may have a value of its own). Returns the counter (0 unfenced).
+/// Takes the name where it is free: no key (then no reader is live: the marker outlives them
+/// all), or only the readers' marker with no live entry left (the set is swept first). Where live
+/// readers hold, it leaves (or renews) its mark, which new readers respect, and answers `-1`. A
+/// writer that gets in removes the mark, whoever left it: while a writer holds, readers are
+/// refused anyway, and a writer still waiting marks again at its next attempt (each attempt may
+/// have a value of its own). Returns the counter (0 unfenced).
 pub(crate) const WRITE_ACQUIRE: &str = r#"
-local clock = redis.call('TIME')
-local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local current = redis.call('GET', KEYS[1])
 if current then
   if current ~= 'redmutex:readers' then return -1 end
+  local clock = redis.call('TIME')
+  local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) > 0 then
     if ARGV[3] ~= '0' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3]) end
     return -1
@@ -351,7 +388,7 @@ mod tests {
     #[test]
     fn notices_go_to_the_channel_listeners_subscribe_to() {
         for script in [RELEASE_NOTIFY, NAMES_RELEASE, READ_RELEASE] {
-            assert!(script.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[")));
+            assert!(script.contains(&format!("'{NOTICE_PREFIX}' .. ")));
         }
     }
 

@@ -456,10 +456,10 @@ async fn releases_wake_waiting_writers_and_readers() {
     reader.unlock().await.expect("unlock");
 }
 
-/// Another program wrote a key of another type where the readers live: a node error naming the
-/// server's complaint, no panic, nothing changed.
+/// Another program wrote a key of another type where the readers live, or at the name: a node
+/// error with the server's complaint, no panic, nothing changed.
 #[tokio::test]
-async fn a_readers_key_of_another_type_is_a_node_error() {
+async fn keys_of_another_type_are_node_errors() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
     let name = "rw:wrongtype";
@@ -486,4 +486,38 @@ async fn a_readers_key_of_another_type_is_a_node_error() {
         cluster.node(0).get(&readers_key(name)).as_deref(),
         Some("not a sorted set")
     );
+
+    // A hash at the name itself: readers and writers are refused, the hash stays.
+    let name = "rw:hash";
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("HSET")
+            .arg(name)
+            .arg("f")
+            .arg("v")
+            .query(&mut node.connection())
+            .expect("HSET");
+    }
+    let rwlock = quick(&redlock, name).with_tries(1);
+    for result in [rwlock.read().await, rwlock.write().await] {
+        let Err(Error::NoQuorum { failures, .. }) = &result else {
+            panic!("expected NoQuorum, got {result:?}");
+        };
+        assert!(
+            failures
+                .iter()
+                .all(|f| matches!(&f.kind, NodeErrorKind::Redis(_))),
+            "{failures:?}"
+        );
+    }
+    assert!(
+        present(&cluster, &readers_key(name)).is_empty(),
+        "no entry left"
+    );
+    for node in cluster.nodes() {
+        let kind: String = redis::cmd("TYPE")
+            .arg(name)
+            .query(&mut node.connection())
+            .expect("TYPE");
+        assert_eq!(kind, "hash");
+    }
 }
