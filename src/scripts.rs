@@ -241,26 +241,32 @@ return 1
 /// publish a release notice when the name is freed. Removes our entry. When no live entry is
 /// left, deletes the marker and the set (expired entries with it), which frees the name;
 /// otherwise, if ours was the latest entry, lowers the marker's expiry (and the set's) to the
-/// latest one left.
+/// latest one left. The name's key is read only where it may change, or where the reply needs
+/// it: readers leaving while later ones stay cost four commands.
 pub(crate) const READ_RELEASE: &str = r#"
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local score = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
 if score then redis.call('ZREM', KEYS[2], ARGV[1]) end
-local current = redis.call('GET', KEYS[1])
-if current == 'redmutex:readers' then
-  local latest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
-  if not latest or tonumber(latest) <= now then
-    redis.call('DEL', KEYS[1], KEYS[2])
-    if ARGV[2] == '1' then
-      redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+local latest = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
+local live = score and score > now
+local freed = not latest or latest <= now
+local current = false
+if not live or freed or score > latest then
+  current = redis.call('GET', KEYS[1])
+  if current == 'redmutex:readers' then
+    if freed then
+      redis.call('DEL', KEYS[1], KEYS[2])
+      if ARGV[2] == '1' then
+        redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+      end
+    elseif score and score > latest then
+      redis.call('PEXPIREAT', KEYS[1], latest)
+      redis.call('PEXPIREAT', KEYS[2], latest)
     end
-  elseif score and tonumber(score) > tonumber(latest) then
-    redis.call('PEXPIREAT', KEYS[1], latest)
-    redis.call('PEXPIREAT', KEYS[2], latest)
   end
 end
-if score and tonumber(score) > now then return 1 end
+if live then return 1 end
 if current and current ~= 'redmutex:readers' then return -1 end
 return 0
 "#;
