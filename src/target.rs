@@ -7,6 +7,7 @@
 //! nodes' agreement makes a quorum for it. Replies follow one convention for all of them (see
 //! `node::Request::interpret`).
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -80,12 +81,11 @@ impl Target {
 
     /// A mutex over every name of `names` at once; duplicates collapse, the first one stays.
     pub(crate) fn multi(names: impl IntoIterator<Item = Arc<str>>) -> Target {
-        let mut unique: Vec<Arc<str>> = Vec::new();
-        for name in names {
-            if !unique.contains(&name) {
-                unique.push(name);
-            }
-        }
+        let mut seen = HashSet::new();
+        let unique: Vec<Arc<str>> = names
+            .into_iter()
+            .filter(|name| seen.insert(Arc::clone(name)))
+            .collect();
         Target {
             kind: Kind::Names,
             names: unique.into_boxed_slice(),
