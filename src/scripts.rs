@@ -90,7 +90,7 @@ pub(crate) const READERS_MARKER: &str = "redmutex:readers";
 /// fenced. Sets nothing unless every name is free here, so no node ever holds part of a
 /// multi-name lock. Returns the highest counter of the names (0 unfenced), or `-1`.
 ///
-/// Each command a script calls costs about as much as the work it does here, so the names are
+/// Each command a script calls costs the node more than the work it does here, so the names are
 /// checked in one `EXISTS` (in slices: Lua's `unpack` has a bounded stack).
 pub(crate) const NAMES_ACQUIRE: &str = r#"
 local names = #KEYS
@@ -192,11 +192,11 @@ return 1
 ///
 /// Expired entries are not swept here: every decision compares scores with the clock, and the
 /// entry added is later than any expired one; releases and writers sweep. Each command a script
-/// calls costs about a microsecond, so this one calls few: `MGET` reads the name and the mark at
-/// once, and `SET NX` keeps a key of another type at the name (which `MGET` reads as missing)
-/// from being overwritten (the entry goes in first, so that a readers key of another type fails
-/// the script before it wrote anything). Lua passes numbers as `%.14g`, exact for these 13-digit
-/// times.
+/// calls costs the node more than the work it does, so this one calls few: `MGET` reads the name
+/// and the mark at once, and `SET NX` keeps a key of another type at the name (which `MGET` reads
+/// as missing) from being overwritten (the entry goes in first, so that a readers key of another
+/// type fails the script before it wrote anything). Lua passes numbers as `%.14g`, exact for
+/// these 13-digit times.
 pub(crate) const READ_ACQUIRE: &str = r#"
 local current = redis.call('MGET', KEYS[1], KEYS[3])
 if current[1] and current[1] ~= 'redmutex:readers' then return -1 end
