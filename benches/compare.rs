@@ -27,6 +27,11 @@
 //!   and the contended workload counts them as violations.
 //! - **rslock** (crates.io), built as `peers/rslock-bench` and run as a subprocess against the same
 //!   nodes with the same harness (`benches/support/harness.rs`).
+//! - The other primitives, against **redmutex default** (a plain `Mutex`): **redmutex names-N**, a
+//!   multi-name lock of N = 1, 2, 8 and 32 names (`<task's name>:0` ... `:N-1`; uncontended
+//!   workloads only), and **redmutex rw-read** and **redmutex rw-write**, the two sides of a
+//!   read-write lock on the task's name (in the contended workload: 8 readers of one name, which
+//!   hold together, against 8 writers).
 //!
 //! The background load of a shared machine drifts over seconds, so rows measured one after the
 //! other would compare different moments. Each row's measured time is therefore split into
@@ -97,6 +102,12 @@ enum Who {
     /// A `Semaphore` of [`SEMAPHORE_PERMITS`] permits with default options.
     RedmutexSemaphore,
     Rslock,
+    /// A multi-name lock over this many names, default options.
+    RedmutexNames(usize),
+    /// The read side of a read-write lock, default options.
+    RedmutexRead,
+    /// The write side of a read-write lock, default options.
+    RedmutexWrite,
 }
 
 /// Permits of the semaphore contender: its quorum is 4 of the 5 nodes.
@@ -104,7 +115,7 @@ const SEMAPHORE_PERMITS: u32 = 3;
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 8] = [
+    const ALL: [Who; 14] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
@@ -113,15 +124,27 @@ impl Who {
         Who::RedmutexTls,
         Who::RedmutexSemaphore,
         Who::Rslock,
+        Who::RedmutexNames(1),
+        Who::RedmutexNames(2),
+        Who::RedmutexNames(8),
+        Who::RedmutexNames(32),
+        Who::RedmutexRead,
+        Who::RedmutexWrite,
     ];
 
-    /// Run order before rotation: each library next to its floor, TLS and the semaphore next to
-    /// the mutex they are compared with.
-    const RUN: [Who; 8] = [
+    /// Run order before rotation: each library next to its floor, the other primitives and TLS
+    /// next to the plain mutex.
+    const RUN: [Who; 14] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
         Who::RedmutexTls,
         Who::RedmutexSemaphore,
+        Who::RedmutexNames(1),
+        Who::RedmutexNames(2),
+        Who::RedmutexNames(8),
+        Who::RedmutexNames(32),
+        Who::RedmutexRead,
+        Who::RedmutexWrite,
         Who::RedmutexFencing,
         Who::FloorQuorum,
         Who::RedmutexFailFast,
@@ -138,15 +161,25 @@ impl Who {
             Who::RedmutexTls => "redmutex TLS",
             Who::RedmutexSemaphore => "redmutex semaphore",
             Who::Rslock => "rslock 0.10.0",
+            Who::RedmutexNames(1) => "redmutex names-1",
+            Who::RedmutexNames(2) => "redmutex names-2",
+            Who::RedmutexNames(8) => "redmutex names-8",
+            Who::RedmutexNames(32) => "redmutex names-32",
+            Who::RedmutexNames(_) => "redmutex names-n",
+            Who::RedmutexRead => "redmutex rw-read",
+            Who::RedmutexWrite => "redmutex rw-write",
         }
     }
 
-    /// Whether the contender runs `workload` (see the module doc for the semaphore's).
+    /// Whether the contender runs `workload`: the semaphore only uncontended (3 holders at once
+    /// are its point, and the contended workload counts them as violations), multi-name locks
+    /// only uncontended (their latency and throughput against the plain lock are the question).
     fn runs(self, workload: Workload) -> bool {
-        self != Who::RedmutexSemaphore || !workload.contended()
+        !(matches!(self, Who::RedmutexSemaphore | Who::RedmutexNames(_)) && workload.contended())
     }
 
-    /// The floor each contender's ratios are taken against.
+    /// The row each contender's ratios are taken against: a floor, or for the other primitives
+    /// and TLS the plain mutex.
     fn baseline(self) -> Option<Who> {
         match self {
             Who::FloorWaitAll => None,
@@ -154,8 +187,10 @@ impl Who {
                 Some(Who::FloorWaitAll)
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
-            Who::RedmutexTls => Some(Who::RedmutexDefault),
-            Who::RedmutexSemaphore => Some(Who::RedmutexDefault),
+            Who::RedmutexTls | Who::RedmutexSemaphore => Some(Who::RedmutexDefault),
+            Who::RedmutexNames(_) | Who::RedmutexRead | Who::RedmutexWrite => {
+                Some(Who::RedmutexDefault)
+            }
         }
     }
 
@@ -495,6 +530,41 @@ fn run_contender(
                     .collect())
             })
         }
+        Who::RedmutexNames(count) => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| {
+                        let names = (0..count).map(|i| format!("{name}:{i}"));
+                        let mut mutex = redlock.new_multi_mutex(names);
+                        if workload.contended() {
+                            mutex = mutex.with_retry_delay(timing.retry_delay);
+                        }
+                        Redmutex { mutex, held: None }
+                    })
+                    .collect())
+            })
+        }
+        Who::RedmutexRead | Who::RedmutexWrite => {
+            harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
+                let redlock = Redlock::connect(&urls).await.map_err(|e| e.to_string())?;
+                Ok(names
+                    .into_iter()
+                    .map(|name| {
+                        let mut rwlock = redlock.new_rwlock(name);
+                        if workload.contended() {
+                            rwlock = rwlock.with_retry_delay(timing.retry_delay);
+                        }
+                        RedmutexRw {
+                            rwlock,
+                            read: who == Who::RedmutexRead,
+                            held: None,
+                        }
+                    })
+                    .collect())
+            })
+        }
         Who::Rslock => match rslock {
             Ok(binary) => run_rslock(binary, flavor, workload, timing, &urls, prefix),
             Err(error) => Row::failed(
@@ -556,6 +626,41 @@ impl Contender for RedmutexSemaphore {
             Some(permit) => permit.unlock().await.is_ok(),
             None => false,
         }
+    }
+}
+
+/// One task's read-write lock client: one side of an `RwLock` made once.
+struct RedmutexRw {
+    rwlock: redmutex::RwLock,
+    read: bool,
+    held: Option<Lock>,
+}
+
+impl Contender for RedmutexRw {
+    async fn lock(&mut self) -> bool {
+        let lock = if self.read {
+            self.rwlock.read().await
+        } else {
+            self.rwlock.write().await
+        };
+        match lock {
+            Ok(lock) => {
+                self.held = Some(lock);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn unlock(&mut self) -> bool {
+        match self.held.take() {
+            Some(lock) => lock.unlock().await.is_ok(),
+            None => false,
+        }
+    }
+
+    fn shared(&self) -> bool {
+        self.read
     }
 }
 
@@ -1280,6 +1385,107 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
             "\n    {:<30} {:>5} (goal <= 1.15{spread})",
             "1-task p50 semaphore/default",
             ratio(semaphore.and_then(|r| r.p50_ratio))
+        ));
+        for (label, who, workload, pick, goal) in [
+            (
+                "1-task p50 names-1/mutex",
+                Who::RedmutexNames(1),
+                u1,
+                "p50",
+                "-",
+            ),
+            (
+                "1-task p50 names-2/mutex",
+                Who::RedmutexNames(2),
+                u1,
+                "p50",
+                "-",
+            ),
+            (
+                "1-task p50 names-8/mutex",
+                Who::RedmutexNames(8),
+                u1,
+                "p50",
+                "<= 1.10",
+            ),
+            (
+                "1-task p50 names-32/mutex",
+                Who::RedmutexNames(32),
+                u1,
+                "p50",
+                "-",
+            ),
+            (
+                "32-task thr names-1/mutex",
+                Who::RedmutexNames(1),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "32-task thr names-2/mutex",
+                Who::RedmutexNames(2),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "32-task thr names-8/mutex",
+                Who::RedmutexNames(8),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "32-task thr names-32/mutex",
+                Who::RedmutexNames(32),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "1-task p50 rw-read/mutex",
+                Who::RedmutexRead,
+                u1,
+                "p50",
+                "<= 1.15",
+            ),
+            (
+                "1-task p50 rw-write/mutex",
+                Who::RedmutexWrite,
+                u1,
+                "p50",
+                "<= 1.15",
+            ),
+        ] {
+            let (value, spread) = find(who, rt, workload).map_or((None, None), |r| {
+                let rounds = r.round_ratios;
+                match pick {
+                    "p50" => (r.p50_ratio, rounds.map(|s| s.p50)),
+                    _ => (r.throughput_ratio, rounds.map(|s| s.throughput)),
+                }
+            });
+            let rounds = spread.map_or_else(String::new, |s| {
+                format!(
+                    "; rounds: median {:.2}, {:.2}-{:.2}",
+                    s.median, s.min, s.max
+                )
+            });
+            line.push_str(&format!(
+                "\n    {label:<30} {:>5} (goal {goal}{rounds})",
+                ratio(value)
+            ));
+        }
+        let c8 = Workload::Contended8;
+        let readers = find(Who::RedmutexRead, rt, c8);
+        let writers = find(Who::RedmutexWrite, rt, c8);
+        let versus = readers
+            .zip(writers)
+            .and_then(|(r, w)| (w.cycles_per_s > 0.0).then(|| r.cycles_per_s / w.cycles_per_s));
+        line.push_str(&format!(
+            "\n    {:<30} {:>5} (goal >= 6)",
+            "8-task thr readers/writers",
+            ratio(versus)
         ));
         let ff = find(Who::RedmutexFailFast, rt, u32_);
         let rs = find(Who::Rslock, rt, u32_);

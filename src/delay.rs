@@ -60,6 +60,16 @@ impl RetryDelay {
             RetryDelay::Custom(f) => f(failed),
         }
     }
+
+    /// The longest delay the policy can give, where it is known without calling the caller's
+    /// function.
+    pub(crate) fn longest(&self) -> Option<Duration> {
+        match self {
+            RetryDelay::Random { min, max } => Some((*min).max(*max)),
+            RetryDelay::Fixed(delay) => Some(*delay),
+            RetryDelay::Custom(_) => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -106,6 +116,17 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(fixed_seq, [ms(100), ms(100), ms(100)]);
         assert_eq!(custom_seq, [ms(10), ms(20), ms(30)]);
+    }
+
+    #[test]
+    fn the_longest_delay_is_known_unless_custom() {
+        let ms = Duration::from_millis;
+        assert_eq!(RetryDelay::default().longest(), Some(ms(250)));
+        assert_eq!(RetryDelay::Fixed(ms(7)).longest(), Some(ms(7)));
+        assert_eq!(
+            RetryDelay::Custom(Arc::new(|_| Duration::from_millis(1))).longest(),
+            None
+        );
     }
 
     #[test]

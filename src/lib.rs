@@ -20,6 +20,7 @@ mod quorum;
 mod reconnect;
 mod redact;
 mod redlock;
+mod rwlock;
 mod scripts;
 mod semaphore;
 mod settings;
@@ -38,6 +39,7 @@ pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;
 pub use redlock::Redlock;
+pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.

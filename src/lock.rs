@@ -11,7 +11,8 @@ use crate::node::{Delivery, Op, Request};
 use crate::quorum::{validity, whole_millis};
 use crate::settings::{Plan, check_value};
 
-/// A lock held on a quorum of nodes.
+/// A lock held on a quorum of nodes: of a [`Mutex`] (over one name or several), or one side of an
+/// [`RwLock`](crate::RwLock).
 ///
 /// Clones share one state: a heartbeat task can hold a clone and [`extend`](Lock::extend) while the
 /// owner works, and [`unlock`](Lock::unlock) through any clone ends the lock for all of them.
@@ -166,7 +167,7 @@ impl Lock {
         self.held.token
     }
 
-    /// The resource name.
+    /// The resource name; for a multi-name lock, the first of its [`names`](Lock::names).
     ///
     /// # Examples
     ///
@@ -204,7 +205,9 @@ impl Lock {
     }
 
     /// Resets the expiry to the mutex's expiry on every node where the key still holds this lock's
-    /// value (compare-and-PEXPIRE), and moves [`valid_until`](Lock::valid_until) on success.
+    /// value (compare-and-PEXPIRE), and moves [`valid_until`](Lock::valid_until) on success. A
+    /// multi-name lock counts a node only where every name still holds the value; a read lock
+    /// renews its reader's entry where it is still live.
     ///
     /// Never called by the library on its own. Succeeds only on a quorum and only if validity is
     /// left after the round trip; a failure changes nothing (the lock is not released, `valid_until`
@@ -274,7 +277,9 @@ impl Lock {
     }
 
     /// Releases the lock on every node where the key still holds this lock's value
-    /// (compare-and-delete). Nobody ever deletes a lock they do not hold.
+    /// (compare-and-delete). Nobody ever deletes a lock they do not hold. A multi-name lock
+    /// deletes each name that holds its value, and counts a node only where all of them did; a
+    /// read lock removes its reader's entry, and the last reader frees the name.
     ///
     /// Acquire calls of this lock still in flight (fail-fast) are stopped first: none of them can
     /// land after the release. After success, every clone's `extend` and `unlock` return

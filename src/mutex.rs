@@ -14,7 +14,8 @@ use crate::redlock::Redlock;
 use crate::settings::{Plan, Settings};
 use crate::target::Target;
 
-/// A distributed mutex for one resource name: configuration only, no lock state.
+/// A distributed mutex for one resource name ([`Redlock::new_mutex`]), or for several names taken
+/// all at once ([`Redlock::new_multi_mutex`]): configuration only, no lock state.
 ///
 /// Cheap to clone, `Send + Sync`; make one per resource (or per call) from a shared
 /// [`Redlock`]. Each successful [`lock()`](Mutex::lock) returns a [`Lock`], the proof of ownership.
@@ -90,7 +91,7 @@ impl Mutex {
     }
 
     /// Applies `change` to the settings and checks them again.
-    fn with_settings(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+    pub(crate) fn with_settings(mut self, change: impl FnOnce(&mut Settings)) -> Self {
         let config = Arc::make_mut(&mut self.config);
         change(&mut config.settings);
         config.plan = config.settings.plan(&config.target);
@@ -426,7 +427,8 @@ impl Mutex {
         self.with_settings(|s| s.value_fn = Some(Arc::new(value)))
     }
 
-    /// The resource name: the key used on every node.
+    /// The resource name: the key used on every node. For a multi-name mutex, the first of its
+    /// names (see [`names`](Mutex::names)).
     ///
     /// # Examples
     ///
@@ -440,6 +442,25 @@ impl Mutex {
     /// ```
     pub fn name(&self) -> &str {
         self.config.target.first()
+    }
+
+    /// Every name the mutex covers, without duplicates, in the order given: one for a mutex made
+    /// by [`Redlock::new_mutex`], all of them for one made by [`Redlock::new_multi_mutex`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let transfer = redlock.new_multi_mutex(["account:7", "account:3", "account:7"]);
+    /// let names: Vec<&str> = transfer.names().collect();
+    /// assert_eq!(names, ["account:7", "account:3"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.config.target.names().iter().map(|name| &**name)
     }
 
     /// The expiry as configured.
@@ -462,7 +483,8 @@ impl Mutex {
     /// Acquires the lock, retrying up to `tries` attempts with the retry delay between them.
     ///
     /// Each attempt sends `SET name value NX PX expiry` to every node at once (each call bounded by
-    /// the node timeout) and succeeds when a quorum said OK and validity is left. A failed attempt is
+    /// the node timeout) and succeeds when a quorum said OK and validity is left. A multi-name
+    /// mutex sends one script per node instead, which sets every name or none. A failed attempt is
     /// released on every node, including those that erred or timed out, before the next one.
     ///
     /// # Errors
@@ -566,6 +588,15 @@ impl Mutex {
     pub fn adopt(&self, value: impl Into<String>) -> Lock {
         let value: String = value.into();
         Lock::new(self.clone(), value.into(), Instant::now(), None, None)
+    }
+
+    /// The same settings over another target (a read-write lock's writer, whose mark depends on
+    /// the settings).
+    pub(crate) fn with_target(mut self, target: Target) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        config.plan = config.settings.plan(&target);
+        config.target = Arc::new(target);
+        self
     }
 
     pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {

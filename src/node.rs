@@ -204,10 +204,9 @@ fn describe(reply: &Value) -> String {
 /// so within `timeout`.
 pub(crate) async fn in_use(
     mut connection: NodeConnection,
-    target: &Target,
+    (cmd, from): (Cmd, i64),
     timeout: Duration,
 ) -> Option<bool> {
-    let (cmd, from) = target.probe();
     match tokio::time::timeout(timeout, connection.send(&cmd)).await {
         Ok(Ok(Value::Int(count))) => Some(count >= from),
         _ => None,

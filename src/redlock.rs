@@ -12,6 +12,7 @@ use crate::mutex::Mutex;
 use crate::node::Node;
 use crate::reconnect::address_of;
 use crate::redact::redact_url;
+use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::target::Target;
 
@@ -299,6 +300,81 @@ impl Redlock {
     /// ```
     pub fn new_semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self.clone(), name.into(), permits)
+    }
+
+    /// A [`Mutex`] over every name of `names` at once: its [`lock()`](Mutex::lock) and
+    /// [`try_lock()`](Mutex::try_lock) take all of them or none, and its [`Lock`](crate::Lock)
+    /// holds all of them ([`Lock::names`](crate::Lock::names)). Default settings, as for
+    /// [`new_mutex`](Redlock::new_mutex); fencing hands out one token for the whole set.
+    ///
+    /// The names are the keys, as for a mutex: a multi-name mutex and a [`Mutex`] on one of its
+    /// names exclude each other, and two multi-name mutexes exclude each other exactly when they
+    /// share a name. Each node runs one script that sets every key or none, so no node ever holds
+    /// part of the set, and two lockers of overlapping sets cannot deadlock each holding a part.
+    /// Duplicate names collapse (the first stays). An empty list or an empty name is reported by
+    /// the first lock operation as [`Error::Config`], before any I/O.
+    ///
+    /// See the README's *Multi-name locks* for the keys, the safety argument and the costs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::{Error, Redlock};
+    ///
+    /// let redlock = Redlock::connect(cluster.urls()).await?;
+    /// // A transfer holds both accounts.
+    /// let transfer = redlock.new_multi_mutex(["account:1", "account:2"]);
+    /// let lock = transfer.lock().await?;
+    /// assert_eq!(lock.names().collect::<Vec<_>>(), ["account:1", "account:2"]);
+    ///
+    /// // Anyone who needs one of them waits.
+    /// let audit = redlock.new_mutex("account:2");
+    /// assert!(matches!(audit.try_lock().await, Err(Error::Taken { .. })));
+    /// lock.unlock().await?;
+    /// audit.try_lock().await?.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new_multi_mutex<I>(&self, names: I) -> Mutex
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let names = names.into_iter().map(|name| Arc::from(name.into()));
+        Mutex::new(self.clone(), Target::multi(names))
+    }
+
+    /// A read-write lock for the resource `name`, with default settings (those of a [`Mutex`]):
+    /// any number of readers at once, or one writer.
+    ///
+    /// The writer holds the name's key, as a [`Mutex`] does, so a `Mutex` on the name behaves as
+    /// a writer. An invalid name is reported by the first lock operation, before any I/O. See
+    /// [`RwLock`] for the keys, and the README's *Read-write locks* for the safety argument.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::Redlock;
+    ///
+    /// let redlock = Redlock::connect(cluster.urls()).await?;
+    /// let config = redlock.new_rwlock("config:pricing");
+    /// let reader = config.read().await?;
+    /// let another = config.read().await?; // readers hold together
+    /// reader.unlock().await?;
+    /// another.unlock().await?;
+    /// let writer = config.write().await?;
+    /// writer.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new_rwlock(&self, name: impl Into<String>) -> RwLock {
+        RwLock::new(self.clone(), name.into().into())
     }
 
     /// The number of nodes.

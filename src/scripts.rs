@@ -1,10 +1,14 @@
-//! The Lua scripts that act on a key only while it holds our value, and the acquire scripts that
-//! a plain `SET NX` cannot replace.
+//! The Lua scripts that act on a lock's keys on one node, atomically.
 //!
-//! Each extend or release returns `1` when it acted on our value, `0` when the key is gone, and `-1`
-//! when it holds another owner's value, so the caller can tell an expired lock from a taken one. None
-//! of them ever creates a key: a lock that expired stays expired. Acquire scripts return a number
-//! of 0 or more when they took the lock, and `-1` when it is held (see `node::Request::interpret`).
+//! One reply convention for all of them (see `node::Request::interpret`): an acquire script answers
+//! the fencing counter (`0` or more; `0` where none was asked for) when it took the lock and `-1`
+//! when another owner holds it; every other script answers `1` when it acted on our value, `0` when
+//! the lock is gone and `-1` when another owner's value holds it, so the caller can tell an expired
+//! lock from a taken one. Anything else is an error reply with a message. Only acquire scripts
+//! create keys: a lock that expired stays expired.
+//!
+//! Scripts check everything before they write: Redis does not undo a script's writes when it
+//! fails halfway.
 
 use std::sync::LazyLock;
 
@@ -28,7 +32,7 @@ pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
 /// Compare-and-delete that also publishes a release notice when it deletes, for mutexes with
 /// wake-up on release: `KEYS[1]` = name, `ARGV[1]` = value. Publishing in the same script costs no
 /// extra round trip, and a notice is sent exactly when the key went away. The message is the
-/// released value, which tells one release from the next (see `hub`); it reveals nothing new, as
+/// released value, which tells one release from the next (see `wake`); it reveals nothing new, as
 /// any client of the node could read it with GET while the lock was held.
 pub(crate) const RELEASE_NOTIFY: &str = r#"
 local current = redis.call('GET', KEYS[1])
@@ -75,6 +79,229 @@ if counter < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
 return 1
+"#;
+
+/// What the name's key holds while readers hold a read-write lock: a value no lock ever has
+/// (`settings::check_value` refuses it), so `SET NX` of a writer or a plain mutex fails, and no
+/// compare-and-act script ever takes it for its own. The scripts below spell it out too; a unit
+/// test keeps them equal.
+pub(crate) const READERS_MARKER: &str = "redmutex:readers";
+
+/// Multi-name acquire: every name or none. `KEYS` = the names, then (fenced) their counters in
+/// the same order; `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds, `ARGV[3]` = `1` if
+/// fenced. Sets nothing unless every name is free here, so no node ever holds part of a
+/// multi-name lock. Returns the highest counter of the names (0 unfenced), or `-1`.
+///
+/// Each command a script calls costs the node more than the work it does here, so the names are
+/// checked in one `EXISTS` (in slices: Lua's `unpack` has a bounded stack).
+pub(crate) const NAMES_ACQUIRE: &str = r#"
+local names = #KEYS
+if ARGV[3] == '1' then names = names / 2 end
+for first = 1, names, 1000 do
+  if redis.call('EXISTS', unpack(KEYS, first, math.min(first + 999, names))) > 0 then return -1 end
+end
+local counter = 0
+for i = names + 1, #KEYS do
+  local n = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if not n then return redis.error_reply('redmutex: ' .. KEYS[i] .. ' is not a fencing counter') end
+  if n > counter then counter = n end
+end
+for i = 1, names do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+return counter
+"#;
+
+/// Multi-name compare-and-PEXPIRE: `KEYS` = the names, `ARGV[1]` = value, `ARGV[2]` = expiry in
+/// milliseconds. Acts only where every name still holds our value: a node that lost one key
+/// does not hold the lock. The names are read in one `MGET` per slice of 1000.
+pub(crate) const NAMES_EXTEND: &str = r#"
+local verdict = 1
+for first = 1, #KEYS, 1000 do
+  local current = redis.call('MGET', unpack(KEYS, first, math.min(first + 999, #KEYS)))
+  for i = 1, #current do
+    if not current[i] then verdict = 0 elseif current[i] ~= ARGV[1] then return -1 end
+  end
+end
+if verdict == 0 then return 0 end
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return 1
+"#;
+
+/// Multi-name compare-and-delete: `KEYS` = the names, `ARGV[1]` = value, `ARGV[2]` = `1` to
+/// publish a release notice for each name freed. Deletes every name that holds our value (one
+/// `MGET` and one `DEL` per slice of 1000); answers `1` only if all of them did.
+pub(crate) const NAMES_RELEASE: &str = r#"
+local result = 1
+for first = 1, #KEYS, 1000 do
+  local last = math.min(first + 999, #KEYS)
+  local current = redis.call('MGET', unpack(KEYS, first, last))
+  local ours = {}
+  for i = 1, #current do
+    if current[i] == ARGV[1] then
+      ours[#ours + 1] = KEYS[first + i - 1]
+    elseif current[i] then
+      result = -1
+    elseif result == 1 then
+      result = 0
+    end
+  end
+  if #ours > 0 then
+    redis.call('DEL', unpack(ours))
+    if ARGV[2] == '1' then
+      for i = 1, #ours do
+        redis.call('PUBLISH', 'redmutex:released:' .. ours[i], ARGV[1])
+      end
+    end
+  end
+end
+return result
+"#;
+
+/// Multi-name fencing raise: `KEYS` = the names, then their counters; `ARGV[1]` = value,
+/// `ARGV[2]` = token. Raises every name's counter, only where every name holds our value.
+pub(crate) const NAMES_RAISE: &str = r#"
+local names = #KEYS / 2
+local verdict = 1
+for i = 1, names do
+  local current = redis.call('GET', KEYS[i])
+  if not current then verdict = 0 elseif current ~= ARGV[1] then return -1 end
+end
+if verdict == 0 then return 0 end
+local token = tonumber(ARGV[2])
+local counters = {}
+for i = names + 1, #KEYS do
+  counters[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if not counters[i] then return redis.error_reply('redmutex: ' .. KEYS[i] .. ' is not a fencing counter') end
+end
+for i = names + 1, #KEYS do
+  if counters[i] < token then redis.call('SET', KEYS[i], ARGV[2]) end
+end
+return 1
+"#;
+
+/// Read acquire: `KEYS[1]` = name, `KEYS[2]` = its readers, `KEYS[3]` = its writer's mark;
+/// `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds.
+///
+/// Readers are a sorted set scored by when each entry expires on this node's own clock (`TIME`).
+/// A reader is refused while a writer (or a mutex) holds the name or a writer waits (its mark).
+/// Otherwise its entry goes in, and the name's key holds the readers' marker, its expiry (and
+/// the set's) raised to the entry's if that is later (`GT`): the marker lives as long as the
+/// latest live entry, so `SET NX` of a writer fails meanwhile. Where the marker is missing, no
+/// entry is live (the marker outlives them all), and the set's expiry is set outright.
+///
+/// Expired entries are not swept here: every decision compares scores with the clock, and the
+/// entry added is later than any expired one; releases and writers sweep. Each command a script
+/// calls costs the node more than the work it does, so this one calls few: `MGET` reads the name
+/// and the mark at once, and `SET NX` keeps a key of another type at the name (which `MGET` reads
+/// as missing) from being overwritten (the entry goes in first, so that a readers key of another
+/// type fails the script before it wrote anything). Lua passes numbers as `%.14g`, exact for
+/// these 13-digit times.
+pub(crate) const READ_ACQUIRE: &str = r#"
+local current = redis.call('MGET', KEYS[1], KEYS[3])
+if current[1] and current[1] ~= 'redmutex:readers' then return -1 end
+if current[2] then return -1 end
+local clock = redis.call('TIME')
+local expires = clock[1] * 1000 + math.floor(clock[2] / 1000) + ARGV[2]
+redis.call('ZADD', KEYS[2], expires, ARGV[1])
+if current[1] then
+  redis.call('PEXPIREAT', KEYS[1], expires, 'GT')
+elseif not redis.call('SET', KEYS[1], 'redmutex:readers', 'NX', 'PXAT', expires) then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return redis.error_reply('redmutex: ' .. KEYS[1] .. ' holds a key of another type')
+end
+-- GT never gives a key without expiry one: a set made anew under a marker (which the other
+-- scripts never leave behind) must not live for ever.
+if not current[1] or (redis.call('PEXPIREAT', KEYS[2], expires, 'GT') == 0
+    and redis.call('PTTL', KEYS[2]) == -1) then
+  redis.call('PEXPIREAT', KEYS[2], expires)
+end
+return 0
+"#;
+
+/// Read extend: `KEYS[1]` = name, `KEYS[2]` = its readers; `ARGV[1]` = value, `ARGV[2]` = expiry
+/// in milliseconds. Renews our entry where it is still live, and raises the marker's expiry (and
+/// the set's) to the entry's if that is later.
+pub(crate) const READ_EXTEND: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if current and current ~= 'redmutex:readers' then return -1 end
+if not current then return 0 end
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) <= now then return 0 end
+local expires = now + ARGV[2]
+redis.call('ZADD', KEYS[2], 'XX', expires, ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], expires, 'GT')
+redis.call('PEXPIREAT', KEYS[2], expires, 'GT')
+return 1
+"#;
+
+/// Read release: `KEYS[1]` = name, `KEYS[2]` = its readers; `ARGV[1]` = value, `ARGV[2]` = `1` to
+/// publish a release notice when the name is freed. Removes our entry. When no live entry is
+/// left, deletes the marker and the set (expired entries with it), which frees the name;
+/// otherwise, if ours was the latest entry, lowers the marker's expiry (and the set's) to the
+/// latest one left. The name's key is read only where it may change, or where the reply needs
+/// it: readers leaving while later ones stay cost four commands.
+pub(crate) const READ_RELEASE: &str = r#"
+local clock = redis.call('TIME')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+local score = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
+if score then redis.call('ZREM', KEYS[2], ARGV[1]) end
+local latest = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
+local live = score and score > now
+local freed = not latest or latest <= now
+local current = false
+if not live or freed or score > latest then
+  current = redis.call('GET', KEYS[1])
+  if current == 'redmutex:readers' then
+    if freed then
+      redis.call('DEL', KEYS[1], KEYS[2])
+      if ARGV[2] == '1' then
+        redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+      end
+    elseif score and score > latest then
+      redis.call('PEXPIREAT', KEYS[1], latest)
+      redis.call('PEXPIREAT', KEYS[2], latest)
+    end
+  end
+end
+if live then return 1 end
+if current and current ~= 'redmutex:readers' then return -1 end
+return 0
+"#;
+
+/// Write acquire: `KEYS[1]` = name, `KEYS[2]` = its readers, `KEYS[3]` = its writer's mark, and
+/// (fenced) `KEYS[4]` = its counter; `ARGV[1]` = value, `ARGV[2]` = expiry in milliseconds,
+/// `ARGV[3]` = how long the mark lives in milliseconds (0: no mark).
+///
+/// Takes the name where it is free: no key (`SET NX`, as a mutex; then no reader is live, since
+/// the marker outlives them all), or only the readers' marker with no live entry left (the set
+/// is swept first). Where live readers hold, it leaves (or renews) its mark, which new readers
+/// respect, and answers `-1`. A writer that gets in removes the mark, whoever left it: while a
+/// writer holds, readers are refused anyway, and a writer still waiting marks again at its next
+/// attempt (each attempt may have a value of its own). Returns the counter (0 unfenced).
+pub(crate) const WRITE_ACQUIRE: &str = r#"
+local counter = 0
+if KEYS[4] then
+  counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if not counter then return redis.error_reply('redmutex: ' .. KEYS[4] .. ' is not a fencing counter') end
+end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) ~= 'redmutex:readers' then return -1 end
+  local clock = redis.call('TIME')
+  local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZCARD', KEYS[2]) > 0 then
+    if ARGV[3] ~= '0' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3]) end
+    return -1
+  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+redis.call('DEL', KEYS[3])
+return counter
 "#;
 
 /// Inspection (`Mutex::inspect`): `KEYS[1]` = name. Returns nil when the key is absent, else a short
@@ -246,6 +473,14 @@ pub(crate) const ALL: &[&str] = &[
     SEMAPHORE_ACQUIRE,
     SEMAPHORE_EXTEND,
     SEMAPHORE_RELEASE,
+    NAMES_ACQUIRE,
+    NAMES_EXTEND,
+    NAMES_RELEASE,
+    NAMES_RAISE,
+    READ_ACQUIRE,
+    READ_EXTEND,
+    READ_RELEASE,
+    WRITE_ACQUIRE,
 ];
 
 /// SHA1 digests for EVALSHA, computed once per process rather than per call.
@@ -260,19 +495,39 @@ pub(crate) struct Digests {
     pub semaphore_acquire: String,
     pub semaphore_extend: String,
     pub semaphore_release: String,
+    pub names_acquire: String,
+    pub names_extend: String,
+    pub names_release: String,
+    pub names_raise: String,
+    pub read_acquire: String,
+    pub read_extend: String,
+    pub read_release: String,
+    pub write_acquire: String,
+}
+
+fn digest(script: &str) -> String {
+    redis::Script::new(script).get_hash().to_owned()
 }
 
 pub(crate) static DIGESTS: LazyLock<Digests> = LazyLock::new(|| Digests {
-    release: redis::Script::new(RELEASE).get_hash().to_owned(),
-    release_notify: redis::Script::new(RELEASE_NOTIFY).get_hash().to_owned(),
-    extend: redis::Script::new(EXTEND).get_hash().to_owned(),
-    acquire_fenced: redis::Script::new(ACQUIRE_FENCED).get_hash().to_owned(),
-    raise: redis::Script::new(RAISE).get_hash().to_owned(),
-    inspect: redis::Script::new(INSPECT).get_hash().to_owned(),
-    force_release: redis::Script::new(FORCE_RELEASE).get_hash().to_owned(),
-    semaphore_acquire: redis::Script::new(SEMAPHORE_ACQUIRE).get_hash().to_owned(),
-    semaphore_extend: redis::Script::new(SEMAPHORE_EXTEND).get_hash().to_owned(),
-    semaphore_release: redis::Script::new(SEMAPHORE_RELEASE).get_hash().to_owned(),
+    release: digest(RELEASE),
+    release_notify: digest(RELEASE_NOTIFY),
+    extend: digest(EXTEND),
+    acquire_fenced: digest(ACQUIRE_FENCED),
+    raise: digest(RAISE),
+    inspect: digest(INSPECT),
+    force_release: digest(FORCE_RELEASE),
+    semaphore_acquire: digest(SEMAPHORE_ACQUIRE),
+    semaphore_extend: digest(SEMAPHORE_EXTEND),
+    semaphore_release: digest(SEMAPHORE_RELEASE),
+    names_acquire: digest(NAMES_ACQUIRE),
+    names_extend: digest(NAMES_EXTEND),
+    names_release: digest(NAMES_RELEASE),
+    names_raise: digest(NAMES_RAISE),
+    read_acquire: digest(READ_ACQUIRE),
+    read_extend: digest(READ_EXTEND),
+    read_release: digest(READ_RELEASE),
+    write_acquire: digest(WRITE_ACQUIRE),
 });
 
 #[cfg(test)]
@@ -280,8 +535,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn digests_are_sha1_hex() {
-        for digest in [
+    fn digests_are_sha1_hex_and_distinct() {
+        let digests = [
             &DIGESTS.release,
             &DIGESTS.release_notify,
             &DIGESTS.extend,
@@ -292,17 +547,54 @@ mod tests {
             &DIGESTS.semaphore_acquire,
             &DIGESTS.semaphore_extend,
             &DIGESTS.semaphore_release,
-        ] {
+            &DIGESTS.names_acquire,
+            &DIGESTS.names_extend,
+            &DIGESTS.names_release,
+            &DIGESTS.names_raise,
+            &DIGESTS.read_acquire,
+            &DIGESTS.read_extend,
+            &DIGESTS.read_release,
+            &DIGESTS.write_acquire,
+            &fair::DIGESTS.round,
+            &fair::DIGESTS.release,
+        ];
+        for digest in digests {
             assert_eq!(digest.len(), 40);
             assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
         }
-        assert_ne!(DIGESTS.release, DIGESTS.extend);
+        let distinct: std::collections::HashSet<_> = digests.iter().collect();
+        assert_eq!(distinct.len(), digests.len());
+        let all: Vec<String> = ALL.iter().map(|script| digest(script)).collect();
+        assert_eq!(all.len(), digests.len(), "ALL lists every script once");
+        assert!(
+            digests.iter().all(|d| all.contains(d)),
+            "ALL lists every script"
+        );
     }
 
     #[test]
     fn notices_go_to_the_channel_listeners_subscribe_to() {
-        for script in [RELEASE_NOTIFY, FORCE_RELEASE, SEMAPHORE_RELEASE] {
-            assert!(script.contains(&format!("'{NOTICE_PREFIX}' .. KEYS[1]")));
+        for script in [
+            RELEASE_NOTIFY,
+            FORCE_RELEASE,
+            SEMAPHORE_RELEASE,
+            NAMES_RELEASE,
+            READ_RELEASE,
+        ] {
+            assert!(script.contains(&format!("'{NOTICE_PREFIX}' .. ")));
+        }
+    }
+
+    #[test]
+    fn the_readers_marker_is_the_one_the_scripts_use() {
+        let quoted = format!("'{READERS_MARKER}'");
+        for script in [READ_ACQUIRE, READ_EXTEND, READ_RELEASE, WRITE_ACQUIRE] {
+            assert!(script.contains(&quoted));
+            // Every mention is the marker itself, quoted whole.
+            assert_eq!(
+                script.matches("redmutex:readers").count(),
+                script.matches(&quoted).count()
+            );
         }
     }
 }

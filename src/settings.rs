@@ -8,6 +8,7 @@ use crate::delay::RetryDelay;
 use crate::error::Error;
 use crate::node::Op;
 use crate::quorum::expiry_millis;
+use crate::scripts::READERS_MARKER;
 use crate::target::Target;
 
 /// Default time a lock is held before the nodes drop it: 8 s.
@@ -117,14 +118,14 @@ impl Settings {
     /// Checks every rule, so that nothing invalid ever reaches a node.
     pub(crate) fn plan(&self, target: &Target) -> Result<Plan, Error> {
         target.check()?;
-        if self.fencing && !target.fences() {
-            return Err(Error::config(
-                "fencing",
-                "a semaphore hands out no fencing tokens (its holders hold side by side)",
-            ));
+        if self.fencing {
+            target.check_fencing()?;
         }
         if self.fair && !target.has_line() {
-            return Err(Error::config("fair", "a semaphore has no fair line yet"));
+            return Err(Error::config(
+                "fair",
+                "fair waiting is for a mutex over one name only",
+            ));
         }
         if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
             return Err(Error::config(
@@ -185,15 +186,22 @@ impl Settings {
     }
 }
 
-/// A lock value must be non-empty (an empty value would match any empty-string key) and free of
-/// NUL characters (a release notice whose payload starts with one is a fair hand-off, see
-/// `scripts::fair::GRANT_MARK`).
+/// A lock value must be non-empty (an empty value would match any empty-string key), free of NUL
+/// characters (a release notice whose payload starts with one is a fair hand-off, see
+/// `scripts::fair::GRANT_MARK`), and not the readers' marker (a holder with that value would take
+/// the readers' key for its own).
 pub(crate) fn check_value(value: &str) -> Result<(), Error> {
     if value.is_empty() {
         return Err(Error::config("value", "must not be empty"));
     }
     if value.contains('\0') {
         return Err(Error::config("value", "must not contain NUL characters"));
+    }
+    if value == READERS_MARKER {
+        return Err(Error::config(
+            "value",
+            format!("`{READERS_MARKER}` is reserved for the readers of a read-write lock"),
+        ));
     }
     Ok(())
 }
@@ -305,5 +313,21 @@ mod tests {
             ..Settings::default()
         };
         assert!(matches!(s.new_value(), Err(Error::Config { field, .. }) if field == "value"));
+        let s = Settings {
+            value_fn: Some(Arc::new(|| READERS_MARKER.to_owned())),
+            ..Settings::default()
+        };
+        assert!(matches!(s.new_value(), Err(Error::Config { field, .. }) if field == "value"));
+    }
+
+    #[test]
+    fn readers_get_no_fencing() {
+        let s = Settings {
+            fencing: true,
+            ..Settings::default()
+        };
+        assert_eq!(field(s.plan(&Target::read("n".into()))), "fencing");
+        assert!(s.plan(&Target::write("n".into(), Duration::ZERO)).is_ok());
+        assert!(s.plan(&Target::multi(["a".into(), "b".into()])).is_ok());
     }
 }

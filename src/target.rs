@@ -7,24 +7,30 @@
 //! nodes' agreement makes a quorum for it. Replies follow one convention for all of them (see
 //! `node::Request::interpret`).
 
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use redis::Cmd;
 
 use crate::error::Error;
 use crate::node::{Delivery, Op};
-use crate::quorum::{Tally, permit_quorum, quorum};
+use crate::quorum::{Tally, permit_quorum, quorum, whole_millis};
 use crate::scripts::{
-    ACQUIRE_FENCED, DIGESTS, EXTEND, RAISE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,
-    SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, fair,
+    ACQUIRE_FENCED, DIGESTS, EXTEND, NAMES_ACQUIRE, NAMES_EXTEND, NAMES_RAISE, NAMES_RELEASE,
+    RAISE, READ_ACQUIRE, READ_EXTEND, READ_RELEASE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,
+    SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, WRITE_ACQUIRE, fair,
 };
 
 /// The keys a lock holds and the rules that go with them.
 pub(crate) struct Target {
     kind: Kind,
-    /// Never empty, without duplicates, in the order given.
+    /// Without duplicates, in the order given; never empty but for a multi-name lock over an
+    /// empty list, which `check` refuses before any I/O.
     names: Box<[Arc<str>]>,
+    /// The keys a read-write lock keeps beside its name, for its two sides.
+    beside: Option<Beside>,
 }
 
 /// The kinds of primitives.
@@ -32,10 +38,40 @@ pub(crate) struct Target {
 pub(crate) enum Kind {
     /// One name whose key holds the lock value: [`Mutex`](crate::Mutex).
     Name,
+    /// Several names whose keys all hold the lock value, set all or none per node: a multi-name
+    /// [`Mutex`](crate::Mutex).
+    Names,
+    /// A reader of a read-write lock: an entry in the name's readers, whose key holds the
+    /// readers' marker ([`RwLock::read`](crate::RwLock::read)).
+    Read,
+    /// The writer of a read-write lock: the name's key holds the lock value, as for a mutex
+    /// ([`RwLock::write`](crate::RwLock::write)).
+    Write,
     /// A counting semaphore over one name: [`Semaphore`](crate::Semaphore). The key `name` holds
     /// the holders and the count they agreed on (see `scripts::SEMAPHORE_ACQUIRE`).
     Permits { permits: u32 },
 }
+
+/// Keys of a read-write lock beside its name, made once rather than on every command.
+#[derive(Debug)]
+struct Beside {
+    /// `<name>:readers`: the readers, a sorted set scored by when each entry expires.
+    readers: Box<str>,
+    /// `<name>:writer-waiting`: a waiting writer's mark, which new readers respect.
+    mark: Box<str>,
+    /// The name's fencing counter.
+    counter: Box<str>,
+    /// How long a writer's mark lives, in milliseconds (writers only).
+    mark_millis: u64,
+}
+
+/// Suffixes of the keys redmutex keeps beside a name `x`: `x:fence` (the fencing counter),
+/// `x:readers` and `x:writer-waiting` (a read-write lock's readers and a waiting writer's mark).
+/// No name may end in one, so that no name is ever another name's auxiliary key.
+pub(crate) const RESERVED_SUFFIXES: [&str; 3] = [":fence", ":readers", ":writer-waiting"];
+
+/// The first name of a target without names (refused by `check`), so that reading it never panics.
+static NO_NAME: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
 
 impl Target {
     /// A mutex over `name`: the key `name` holds the lock value.
@@ -43,6 +79,21 @@ impl Target {
         Target {
             kind: Kind::Name,
             names: Box::new([name]),
+            beside: None,
+        }
+    }
+
+    /// A mutex over every name of `names` at once; duplicates collapse, the first one stays.
+    pub(crate) fn multi(names: impl IntoIterator<Item = Arc<str>>) -> Target {
+        let mut seen = HashSet::new();
+        let unique: Vec<Arc<str>> = names
+            .into_iter()
+            .filter(|name| seen.insert(Arc::clone(name)))
+            .collect();
+        Target {
+            kind: Kind::Names,
+            names: unique.into_boxed_slice(),
+            beside: None,
         }
     }
 
@@ -51,14 +102,40 @@ impl Target {
         Target {
             kind: Kind::Permits { permits },
             names: Box::new([name]),
+            beside: None,
         }
     }
 
     /// The number of permits, for a semaphore.
     pub(crate) fn permit_count(&self) -> Option<u32> {
         match self.kind {
-            Kind::Name => None,
             Kind::Permits { permits } => Some(permits),
+            _ => None,
+        }
+    }
+
+    /// The readers' side of a read-write lock over `name`.
+    pub(crate) fn read(name: Arc<str>) -> Target {
+        Target::side(Kind::Read, name, Duration::ZERO)
+    }
+
+    /// The writer's side of a read-write lock over `name`, whose mark (left while readers hold)
+    /// lives for `mark`.
+    pub(crate) fn write(name: Arc<str>, mark: Duration) -> Target {
+        Target::side(Kind::Write, name, mark)
+    }
+
+    fn side(kind: Kind, name: Arc<str>, mark: Duration) -> Target {
+        let beside = Beside {
+            readers: format!("{name}:readers").into(),
+            mark: format!("{name}:writer-waiting").into(),
+            counter: counter_key(&name).into(),
+            mark_millis: whole_millis(mark),
+        };
+        Target {
+            kind,
+            names: Box::new([name]),
+            beside: Some(beside),
         }
     }
 
@@ -69,13 +146,15 @@ impl Target {
 
     /// The first name: the only one for single-name targets, and the one traces show.
     pub(crate) fn first(&self) -> &Arc<str> {
-        &self.names[0]
+        self.names.first().unwrap_or(&NO_NAME)
     }
 
-    /// How many of `nodes` nodes must agree.
+    /// How many of `nodes` nodes must agree. A majority for the locks: two majorities share a
+    /// node, where the second acquire script saw what the first left (see the README). A
+    /// semaphore of P permits needs more (see `quorum::permit_quorum`).
     pub(crate) fn quorum(&self, nodes: usize) -> usize {
         match self.kind {
-            Kind::Name => quorum(nodes),
+            Kind::Name | Kind::Names | Kind::Read | Kind::Write => quorum(nodes),
             Kind::Permits { permits } => permit_quorum(nodes, permits),
         }
     }
@@ -84,7 +163,7 @@ impl Target {
     pub(crate) fn tally(&self, nodes: usize) -> Tally {
         let needed = self.quorum(nodes);
         match self.kind {
-            Kind::Name => Tally::new(nodes, needed),
+            Kind::Name | Kind::Names | Kind::Read | Kind::Write => Tally::new(nodes, needed),
             // Full nodes put a semaphore out of reach once fewer than `needed` are left.
             Kind::Permits { .. } => {
                 Tally::with_blocking(nodes, needed, (nodes + 1).saturating_sub(needed))
@@ -92,49 +171,79 @@ impl Target {
         }
     }
 
-    /// Checks what needs no I/O: names that cannot be keys, a semaphore without permits.
+    /// Whether waiters can wait in a fair line on the nodes (see `waiting::fair`): only for a
+    /// mutex over one name, whose line's scripts hand its one key from holder to waiter.
+    pub(crate) fn has_line(&self) -> bool {
+        self.kind == Kind::Name
+    }
+
+    /// A one-command check on one node whether `name` (one of the target's) is in use there,
+    /// for a woken waiter
+    /// deciding whether an attempt is worth it: the command, and the reply (an integer) from
+    /// which on it is in use; `None` when no single command can tell (readers get in while the
+    /// name's key is present). A semaphore counts holders whose entries may have expired
+    /// unswept: it may be free although this says not, which costs a waiter a wait, never
+    /// safety.
+    pub(crate) fn probe(&self, name: &str) -> Option<(Cmd, i64)> {
+        match self.kind {
+            Kind::Name | Kind::Names | Kind::Write => {
+                let mut cmd = Cmd::with_capacity(2, 8 + name.len());
+                cmd.arg("EXISTS").arg(name);
+                Some((cmd, 1))
+            }
+            Kind::Read => None,
+            // Holders are scored by their expiry; the permit count's member is negative.
+            Kind::Permits { permits } => {
+                let mut cmd = Cmd::with_capacity(4, 16 + name.len());
+                cmd.arg("ZCOUNT").arg(name).arg(0).arg("+inf");
+                Some((cmd, i64::from(permits)))
+            }
+        }
+    }
+
+    /// Checks what needs no I/O: names that cannot be keys, or that could be another name's
+    /// auxiliary keys.
     pub(crate) fn check(&self) -> Result<(), Error> {
-        if self.names.iter().any(|name| name.is_empty()) {
-            return Err(Error::config("name", "must not be empty"));
+        if self.names.is_empty() {
+            return Err(Error::config("names", "must not be empty"));
         }
         if self.kind == (Kind::Permits { permits: 0 }) {
             return Err(Error::config("permits", "must be at least 1, got 0"));
         }
+        for (index, name) in self.names.iter().enumerate() {
+            let field = || match self.kind {
+                Kind::Names => format!("names[{index}]"),
+                Kind::Name | Kind::Read | Kind::Write | Kind::Permits { .. } => "name".to_owned(),
+            };
+            if name.is_empty() {
+                return Err(Error::config(field(), "must not be empty"));
+            }
+            if let Some(suffix) = RESERVED_SUFFIXES.iter().find(|s| name.ends_with(**s)) {
+                return Err(Error::config(
+                    field(),
+                    format!(
+                        "must not end in `{suffix}`: redmutex keeps `<name>{suffix}` beside \
+                         the key of a name (reserved suffixes: {})",
+                        RESERVED_SUFFIXES.join(", ")
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
-    /// Whether acquisitions of this target can carry fencing tokens. A token orders one holder
-    /// after the next; a semaphore's holders hold side by side, so a resource could not refuse
-    /// a stale one by its smaller token (a live holder may carry a smaller one too).
-    pub(crate) fn fences(&self) -> bool {
-        matches!(self.kind, Kind::Name)
-    }
-
-    /// Whether waiters can wait in a fair line on the nodes (see `waiting::fair`). The line's
-    /// scripts hand one lock value from holder to waiter; a semaphore's permits have none yet.
-    pub(crate) fn has_line(&self) -> bool {
-        matches!(self.kind, Kind::Name)
-    }
-
-    /// A one-command check on one node whether the target is in use there, for a woken waiter
-    /// deciding whether an attempt is worth it: the command, and the reply (an integer) from
-    /// which on it is in use. A semaphore counts holders whose entries may have expired unswept:
-    /// it may be free although this says not, which costs a waiter a wait, never safety.
-    pub(crate) fn probe(&self) -> (Cmd, i64) {
-        let name = self.first();
-        match self.kind {
-            Kind::Name => {
-                let mut cmd = Cmd::with_capacity(2, 8 + name.len());
-                cmd.arg("EXISTS").arg(&**name);
-                (cmd, 1)
+    /// Whether holders get fencing tokens: not readers, nor a semaphore's holders. A token orders
+    /// one holder after the next; holders side by side could not be told from a stale one by a
+    /// smaller token (a live one may carry a smaller token too).
+    pub(crate) fn check_fencing(&self) -> Result<(), Error> {
+        let rule = match self.kind {
+            Kind::Read => "readers get no fencing tokens: they do not exclude each other",
+            Kind::Permits { .. } => {
+                "a semaphore's holders get no fencing tokens: they hold side by side"
             }
-            // Holders are scored by their expiry; the permit count's member is negative.
-            Kind::Permits { permits } => {
-                let mut cmd = Cmd::with_capacity(4, 16 + name.len());
-                cmd.arg("ZCOUNT").arg(&**name).arg(0).arg("+inf");
-                (cmd, i64::from(permits))
-            }
-        }
+            Kind::Name | Kind::Names | Kind::Write => return Ok(()),
+        };
+        Err(Error::config("fencing", rule))
     }
 
     /// Whether `op` is sent as a script (and so may need the EVAL fallback on NOSCRIPT).
@@ -149,9 +258,18 @@ impl Target {
             Delivery::ByDigest => Verb::EvalSha,
             Delivery::Inline => Verb::Eval,
         };
+        match self.kind {
+            Kind::Name => self.name_command(op, verb, value, millis),
+            Kind::Names => self.names_command(op, verb, value, millis),
+            Kind::Read | Kind::Write => self.side_command(op, verb, value, millis),
+            Kind::Permits { permits } => self.permits_command(op, verb, value, millis, permits),
+        }
+    }
+
+    fn name_command(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
         let name = self.first();
-        match (self.kind, op) {
-            (Kind::Name, Op::Acquire) => {
+        match op {
+            Op::Acquire => {
                 // Sized up front: growing the buffers arg by arg costs more than the rest.
                 let mut cmd = Cmd::with_capacity(6, 24 + name.len() + value.len());
                 cmd.arg("SET")
@@ -162,70 +280,183 @@ impl Target {
                     .arg(millis);
                 cmd
             }
-            (Kind::Name, Op::Extend) => script_cmd(
+            Op::Extend => script_cmd(
                 verb.script(EXTEND, &DIGESTS.extend),
                 verb,
                 name,
                 value,
                 Some(millis),
             ),
-            (Kind::Name, Op::Release { hand_off: true, .. }) => line_cmd(
+            Op::Release { hand_off: true, .. } => line_cmd(
                 verb.script(fair::RELEASE, &fair::DIGESTS.release),
                 verb,
                 name,
                 &[value],
             ),
-            (Kind::Name, Op::Round { ticket }) => line_cmd(
+            Op::Round { ticket } => line_cmd(
                 verb.script(fair::ROUND, &fair::DIGESTS.round),
                 verb,
                 name,
                 &[value, &millis.to_string(), &ticket.to_string()],
             ),
-            (Kind::Name, Op::Release { notify: false, .. }) => script_cmd(
+            Op::Release { notify: false, .. } => script_cmd(
                 verb.script(RELEASE, &DIGESTS.release),
                 verb,
                 name,
                 value,
                 None,
             ),
-            (Kind::Name, Op::Release { notify: true, .. }) => script_cmd(
+            Op::Release { notify: true, .. } => script_cmd(
                 verb.script(RELEASE_NOTIFY, &DIGESTS.release_notify),
                 verb,
                 name,
                 value,
                 None,
             ),
-            (Kind::Name, Op::AcquireFenced) => fenced_cmd(
+            Op::AcquireFenced => fenced_cmd(
                 verb.script(ACQUIRE_FENCED, &DIGESTS.acquire_fenced),
                 verb,
                 name,
                 value,
                 millis,
             ),
-            (Kind::Name, Op::Raise(token)) => {
+            Op::Raise(token) => {
                 fenced_cmd(verb.script(RAISE, &DIGESTS.raise), verb, name, value, token)
             }
-            // A fenced acquire, a raise, a fair round and a hand-off are never sent for a
-            // semaphore (`fences` and `has_line` are false, and settings asking for them are
-            // refused): they map to the plain commands, which answer in the same convention, so
-            // the match needs no arm that could fail.
-            (Kind::Permits { permits }, Op::Acquire | Op::AcquireFenced | Op::Round { .. }) => {
-                semaphore_cmd(
-                    verb.script(SEMAPHORE_ACQUIRE, &DIGESTS.semaphore_acquire),
-                    verb,
-                    name,
-                    value,
-                    &[millis, u64::from(permits)],
-                )
+        }
+    }
+
+    /// Multi-name commands: the names are the keys, followed by their counters where fenced.
+    fn names_command(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
+        // Fair rounds are only for a mutex over one name (`has_line`; settings asking for one
+        // elsewhere are refused): a round here would be a plain acquire.
+        let op = match op {
+            Op::Round { .. } => Op::Acquire,
+            op => op,
+        };
+        let (script, fenced) = match op {
+            Op::Acquire | Op::Round { .. } => {
+                (verb.script(NAMES_ACQUIRE, &DIGESTS.names_acquire), false)
             }
-            (Kind::Permits { .. }, Op::Extend | Op::Raise(_)) => semaphore_cmd(
+            Op::AcquireFenced => (verb.script(NAMES_ACQUIRE, &DIGESTS.names_acquire), true),
+            Op::Extend => (verb.script(NAMES_EXTEND, &DIGESTS.names_extend), false),
+            Op::Release { .. } => (verb.script(NAMES_RELEASE, &DIGESTS.names_release), false),
+            Op::Raise(_) => (verb.script(NAMES_RAISE, &DIGESTS.names_raise), true),
+        };
+        let keys = if fenced {
+            2 * self.names.len()
+        } else {
+            self.names.len()
+        };
+        let bytes: usize = self.names.iter().map(|name| name.len() + 8).sum();
+        let mut cmd = Cmd::with_capacity(keys + 6, 48 + script.len() + 2 * bytes + value.len());
+        cmd.arg(verb.word()).arg(script).arg(keys);
+        for name in &self.names {
+            cmd.arg(&**name);
+        }
+        if fenced {
+            for name in &self.names {
+                cmd.arg(counter_key(name));
+            }
+        }
+        cmd.arg(value);
+        match op {
+            Op::Acquire | Op::Round { .. } => cmd.arg(millis).arg(0),
+            Op::AcquireFenced => cmd.arg(millis).arg(1),
+            Op::Extend => cmd.arg(millis),
+            Op::Release { notify, .. } => cmd.arg(u8::from(notify)),
+            Op::Raise(token) => cmd.arg(token),
+        };
+        cmd
+    }
+
+    /// Read-write lock commands. The writer holds the name's key as a mutex does, so it shares
+    /// the mutex's extend, release and raise; only its acquire also looks at the readers.
+    fn side_command(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
+        let Some(beside) = &self.beside else {
+            // Not reached: read and write targets are made with their keys.
+            return self.name_command(op, verb, value, millis);
+        };
+        let name = self.first();
+        let read = self.kind == Kind::Read;
+        let mut cmd = Cmd::with_capacity(9, 64 + 4 * name.len() + value.len());
+        // As for several names, a fair round here would be a plain acquire.
+        let op = match op {
+            Op::Round { .. } => Op::Acquire,
+            op => op,
+        };
+        match op {
+            // Readers never fence (`check` refuses it): their acquire answers 0 either way.
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } if read => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(READ_ACQUIRE, &DIGESTS.read_acquire))
+                    .arg(3)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(&*beside.mark)
+                    .arg(value)
+                    .arg(millis);
+            }
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } => {
+                let fenced = op == Op::AcquireFenced;
+                cmd.arg(verb.word())
+                    .arg(verb.script(WRITE_ACQUIRE, &DIGESTS.write_acquire))
+                    .arg(if fenced { 4 } else { 3 })
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(&*beside.mark);
+                if fenced {
+                    cmd.arg(&*beside.counter);
+                }
+                cmd.arg(value).arg(millis).arg(beside.mark_millis);
+            }
+            // Not reached for readers either; a renewal of the reader's entry is harmless.
+            Op::Extend | Op::Raise(_) if read => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(READ_EXTEND, &DIGESTS.read_extend))
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(value)
+                    .arg(millis);
+            }
+            Op::Release { notify, .. } if read => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(READ_RELEASE, &DIGESTS.read_release))
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(value)
+                    .arg(u8::from(notify));
+            }
+            Op::Extend | Op::Release { .. } | Op::Raise(_) => {
+                return self.name_command(op, verb, value, millis);
+            }
+        }
+        cmd
+    }
+
+    /// Semaphore commands. A fenced acquire, a raise, a fair round and a hand-off are never sent
+    /// for a semaphore (settings asking for them are refused): they map to the plain commands,
+    /// which answer in the same convention, so no arm can fail.
+    fn permits_command(&self, op: Op, verb: Verb, value: &str, millis: u64, permits: u32) -> Cmd {
+        let name = self.first();
+        match op {
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } => semaphore_cmd(
+                verb.script(SEMAPHORE_ACQUIRE, &DIGESTS.semaphore_acquire),
+                verb,
+                name,
+                value,
+                &[millis, u64::from(permits)],
+            ),
+            Op::Extend | Op::Raise(_) => semaphore_cmd(
                 verb.script(SEMAPHORE_EXTEND, &DIGESTS.semaphore_extend),
                 verb,
                 name,
                 value,
                 &[millis],
             ),
-            (Kind::Permits { .. }, Op::Release { notify, .. }) => semaphore_cmd(
+            Op::Release { notify, .. } => semaphore_cmd(
                 verb.script(SEMAPHORE_RELEASE, &DIGESTS.semaphore_release),
                 verb,
                 name,
@@ -241,6 +472,7 @@ impl fmt::Debug for Target {
         f.debug_struct("Target")
             .field("kind", &self.kind)
             .field("names", &self.names)
+            .field("mark_ms", &self.beside.as_ref().map(|b| b.mark_millis))
             .finish()
     }
 }
@@ -364,6 +596,156 @@ mod tests {
     }
 
     #[test]
+    fn a_multi_name_lock_sends_every_name_in_one_script() {
+        let target = Target::multi(["a", "b", "a", "c"].map(Arc::from));
+        let names: Vec<&str> = target.names().iter().map(|n| &**n).collect();
+        assert_eq!(names, ["a", "b", "c"], "duplicates collapse, order stays");
+        let acquire = target.command(Op::Acquire, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&acquire),
+            [
+                "EVALSHA",
+                &DIGESTS.names_acquire,
+                "3",
+                "a",
+                "b",
+                "c",
+                "v",
+                "8000",
+                "0"
+            ]
+        );
+        let fenced = target.command(Op::AcquireFenced, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&fenced)[2..],
+            [
+                "6", "a", "b", "c", "a:fence", "b:fence", "c:fence", "v", "8000", "1"
+            ]
+        );
+        let raise = target.command(Op::Raise(9), Delivery::Inline, "v", 8000);
+        assert_eq!(words(&raise)[0], "EVAL");
+        assert_eq!(
+            words(&raise)[2..],
+            [
+                "6", "a", "b", "c", "a:fence", "b:fence", "c:fence", "v", "9"
+            ]
+        );
+        let release = target.command(
+            Op::Release {
+                notify: true,
+                hand_off: false,
+            },
+            Delivery::ByDigest,
+            "v",
+            1,
+        );
+        assert_eq!(words(&release)[2..], ["3", "a", "b", "c", "v", "1"]);
+        let extend = target.command(Op::Extend, Delivery::ByDigest, "v", 5);
+        assert_eq!(words(&extend)[1], DIGESTS.names_extend);
+        assert_eq!(words(&extend)[2..], ["3", "a", "b", "c", "v", "5"]);
+        assert!(target.is_script(Op::Acquire));
+    }
+
+    #[test]
+    fn the_two_sides_of_a_read_write_lock() {
+        let read = Target::read("n".into());
+        let cmd = read.command(Op::Acquire, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&cmd),
+            [
+                "EVALSHA",
+                &DIGESTS.read_acquire,
+                "3",
+                "n",
+                "n:readers",
+                "n:writer-waiting",
+                "v",
+                "8000"
+            ]
+        );
+        let cmd = read.command(
+            Op::Release {
+                notify: false,
+                hand_off: false,
+            },
+            Delivery::ByDigest,
+            "v",
+            8000,
+        );
+        assert_eq!(
+            words(&cmd)[1..],
+            [&*DIGESTS.read_release, "2", "n", "n:readers", "v", "0"]
+        );
+        assert!(read.probe("n").is_none());
+
+        let write = Target::write("n".into(), Duration::from_millis(1450));
+        let cmd = write.command(Op::AcquireFenced, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&cmd)[1..],
+            [
+                &*DIGESTS.write_acquire,
+                "4",
+                "n",
+                "n:readers",
+                "n:writer-waiting",
+                "n:fence",
+                "v",
+                "8000",
+                "1450"
+            ]
+        );
+        // Holding the name's key like a mutex, the writer shares its other scripts.
+        let mutex = Target::name("n".into());
+        for op in [
+            Op::Extend,
+            Op::Release {
+                notify: true,
+                hand_off: false,
+            },
+            Op::Raise(3),
+        ] {
+            let write = write.command(op, Delivery::ByDigest, "v", 8000);
+            let mutex = mutex.command(op, Delivery::ByDigest, "v", 8000);
+            assert_eq!(words(&write), words(&mutex), "{op:?}");
+        }
+        assert!(write.probe("n").is_some());
+        assert!(write.check_fencing().is_ok());
+        assert!(matches!(
+            read.check_fencing(),
+            Err(Error::Config { field, .. }) if field == "fencing"
+        ));
+    }
+
+    #[test]
+    fn bad_names_are_config_errors() {
+        let field = |target: Target| match target.check() {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(field(Target::multi([])), "names");
+        assert_eq!(field(Target::multi(["a", ""].map(Arc::from))), "names[1]");
+        for suffix in RESERVED_SUFFIXES {
+            let name: Arc<str> = format!("x{suffix}").into();
+            assert_eq!(field(Target::name(Arc::clone(&name))), "name");
+            assert_eq!(field(Target::read(Arc::clone(&name))), "name");
+            assert_eq!(field(Target::multi([Arc::from("a"), name])), "names[1]");
+        }
+        // Only the suffix is reserved.
+        assert!(Target::name("fence:readers:x".into()).check().is_ok());
+        assert_eq!(Target::multi([]).first().len(), 0, "no panic without names");
+    }
+
+    #[test]
+    fn a_mutex_needs_a_majority_and_a_name() {
+        let target = Target::name("n".into());
+        assert_eq!(target.quorum(5), 3);
+        assert!(target.check().is_ok());
+        assert!(matches!(
+            Target::name("".into()).check(),
+            Err(Error::Config { field, .. }) if field == "name"
+        ));
+    }
+    #[test]
     fn semaphore_scripts_take_the_name_and_their_numbers() {
         let target = Target::permits("jobs".into(), 3);
         let acquire = target.command(Op::Acquire, Delivery::ByDigest, "v", 2000);
@@ -404,7 +786,7 @@ mod tests {
         assert_eq!((tally.needed, tally.blocking), (4, 2));
         assert_eq!(target.permit_count(), Some(2));
         assert!(target.check().is_ok());
-        assert!(!target.fences());
+        assert!(target.check_fencing().is_err());
         assert!(!target.has_line());
         assert!(matches!(
             Target::permits("n".into(), 0).check(),
@@ -412,19 +794,5 @@ mod tests {
         ));
         // One permit: the mutex's quorum.
         assert_eq!(Target::permits("n".into(), 1).quorum(5), 3);
-    }
-
-    #[test]
-    fn a_mutex_needs_a_majority_and_a_name() {
-        let target = Target::name("n".into());
-        assert_eq!(target.quorum(5), 3);
-        let tally = target.tally(4);
-        assert_eq!((tally.needed, tally.blocking), (3, 3));
-        assert!(target.check().is_ok());
-        assert!(target.fences() && target.has_line());
-        assert!(matches!(
-            Target::name("".into()).check(),
-            Err(Error::Config { field, .. }) if field == "name"
-        ));
     }
 }

@@ -84,6 +84,98 @@ async fn invalid_settings_fail_before_any_io() {
     assert_eq!(sent, [0, 0, 0]);
 }
 
+/// Names every primitive refuses, before any I/O: empty names, an empty list, and names that
+/// could be another name's auxiliary key (`x:fence`, `x:readers`, `x:writer-waiting`). Duplicate
+/// names collapse. The readers' marker is no lock value.
+#[tokio::test]
+async fn bad_names_of_every_primitive_fail_before_any_io() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    drop(
+        redlock
+            .new_mutex("config:names")
+            .lock()
+            .await
+            .expect("warm-up"),
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = total_commands(&cluster);
+
+    let none: [&str; 0] = [];
+    assert_eq!(field(redlock.new_multi_mutex(none).lock().await), "names");
+    assert_eq!(
+        field(redlock.new_multi_mutex(none).try_lock().await),
+        "names"
+    );
+    assert_eq!(
+        field(redlock.new_multi_mutex(none).adopt("v").unlock().await),
+        "names"
+    );
+    assert_eq!(
+        field(redlock.new_multi_mutex(["a", ""]).lock().await),
+        "names[1]"
+    );
+    assert_eq!(field(redlock.new_rwlock("").read().await), "name");
+    assert_eq!(field(redlock.new_rwlock("").try_write().await), "name");
+    for suffix in [":fence", ":readers", ":writer-waiting"] {
+        let aux = format!("prices{suffix}");
+        assert_eq!(field(redlock.new_mutex(aux.as_str()).lock().await), "name");
+        assert_eq!(field(redlock.new_rwlock(aux.as_str()).read().await), "name");
+        assert_eq!(
+            field(redlock.new_rwlock(aux.as_str()).write().await),
+            "name"
+        );
+        let multi = redlock.new_multi_mutex(["prices", aux.as_str()]);
+        assert_eq!(field(multi.try_lock().await), "names[1]");
+        let Err(Error::Config { rule, .. }) = multi.lock().await else {
+            panic!("a reserved suffix is a config error");
+        };
+        assert!(rule.contains(suffix), "the rule names the suffix: {rule}");
+    }
+    let marker = || "redmutex:readers".to_owned();
+    let rwlock = redlock.new_rwlock("config:marker");
+    assert_eq!(
+        field(rwlock.clone().with_value_fn(marker).read().await),
+        "value"
+    );
+    assert_eq!(
+        field(rwlock.clone().with_value_fn(marker).write().await),
+        "value"
+    );
+    assert_eq!(field(rwlock.adopt_write(marker()).unlock().await), "value");
+    assert_eq!(
+        field(
+            redlock
+                .new_mutex("config:marker")
+                .adopt(marker())
+                .extend()
+                .await
+        ),
+        "value"
+    );
+
+    let sent: Vec<u64> = total_commands(&cluster)
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a - b - 1)
+        .collect();
+    assert_eq!(sent, [0, 0, 0], "nothing reached the nodes");
+
+    // Duplicates collapse: one key per name, and the lock lists each name once.
+    let multi = redlock.new_multi_mutex(["config:dup", "config:dup", "config:other", "config:dup"]);
+    assert_eq!(
+        multi.names().collect::<Vec<_>>(),
+        ["config:dup", "config:other"]
+    );
+    let lock = multi.lock().await.expect("free");
+    assert_eq!(
+        lock.names().collect::<Vec<_>>(),
+        ["config:dup", "config:other"]
+    );
+    assert_eq!(lock.name(), "config:dup");
+    lock.unlock().await.expect("unlock");
+}
+
 #[tokio::test]
 async fn invalid_node_lists_are_config_errors() {
     let none: [&str; 0] = [];

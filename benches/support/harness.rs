@@ -153,6 +153,11 @@ pub trait Contender: Send + 'static {
     fn finish(&mut self) -> impl Future<Output = ()> + Send {
         async {}
     }
+    /// Whether holders of one name may hold at once (readers of a read-write lock): then the
+    /// contended workload does not check mutual exclusion, and measures no hand-off.
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 /// Shared between the tasks of a contended row: the in-process checks around the lock.
@@ -226,11 +231,12 @@ async fn drive<C: Contender>(
         counter: AtomicU64::new(0),
         released_at: AtomicU64::new(0),
     });
+    let shared = contenders.first().is_some_and(C::shared);
     let window = Window {
         base,
         start,
         deadline,
-        contended: workload.contended(),
+        contended: workload.contended() && !shared,
     };
     let tasks: Vec<_> = contenders
         .into_iter()

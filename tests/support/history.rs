@@ -1,6 +1,7 @@
 //! A safety checker: records when each holder held the lock, on one monotonic clock, and finds
-//! overlaps. Mutual exclusion holds iff no two recorded intervals overlap; a semaphore of `P`
-//! permits is kept iff no more than `P` recorded intervals overlap at any instant.
+//! overlaps. Mutual exclusion holds iff no two recorded intervals overlap, except two shared ones
+//! (readers of a read-write lock); a semaphore of `P` permits is kept iff no more than `P`
+//! recorded intervals overlap at any instant.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -12,6 +13,8 @@ pub struct Held {
     pub holder: String,
     pub from: Instant,
     pub until: Instant,
+    /// A reader's section, which may overlap other readers' (but no writer's).
+    pub shared: bool,
 }
 
 /// Every critical section of a run.
@@ -27,10 +30,26 @@ impl History {
 
     /// Records a critical section. `unlocked` is when the holder stopped using the resource.
     pub fn record(&self, holder: &str, acquired: Instant, unlocked: Instant, valid_until: Instant) {
+        self.push(holder, acquired, unlocked.min(valid_until), false);
+    }
+
+    /// Records a reader's critical section, which may overlap other readers'.
+    pub fn record_shared(
+        &self,
+        holder: &str,
+        acquired: Instant,
+        unlocked: Instant,
+        valid_until: Instant,
+    ) {
+        self.push(holder, acquired, unlocked.min(valid_until), true);
+    }
+
+    fn push(&self, holder: &str, from: Instant, until: Instant, shared: bool) {
         let held = Held {
             holder: holder.to_owned(),
-            from: acquired,
-            until: unlocked.min(valid_until),
+            from,
+            until,
+            shared,
         };
         self.held.lock().expect("not poisoned").push(held);
     }
@@ -47,7 +66,8 @@ impl History {
         for (i, a) in held.iter().enumerate() {
             // Sorted by start: only later intervals that start before `a` ends can overlap it.
             for b in held[i + 1..].iter().take_while(|b| b.from < a.until) {
-                if a.holder != b.holder && b.from < b.until && a.from < a.until {
+                let both_shared = a.shared && b.shared;
+                if a.holder != b.holder && !both_shared && b.from < b.until && a.from < a.until {
                     overlaps.push((a.clone(), b.clone()));
                 }
             }

@@ -48,6 +48,16 @@ pub fn contended(redlock: &Redlock, name: &str) -> Mutex {
         .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..4500)))
 }
 
+/// A multi-name mutex with the settings of [`contended`].
+pub fn contended_multi(redlock: &Redlock, names: &[String]) -> Mutex {
+    redlock
+        .new_multi_mutex(names.iter().cloned())
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_tries(100_000)
+        .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..4500)))
+}
+
 /// One lock and unlock of `mutex`, so that connections are open and scripts loaded before a fault.
 pub async fn warm_up(mutex: &Mutex) {
     let lock = mutex.lock().await.expect("warm-up lock");

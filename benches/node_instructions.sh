@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# What one lock+unlock costs a Redis node, in instructions counted by callgrind, per primitive.
+#
+# Wall time on a shared 2-core machine moves 10-20 % between runs; instruction counts do not. A
+# redis-server runs under callgrind twice per case, receiving N and then 2N acquire+release
+# pairs over one connection (redis-cli fed from a file); the difference divided by N is the cost
+# of one pair on the node: command parsing, script execution and replies, user space only
+# (the kernel's share of the socket I/O is not counted). The scripts are read from
+# src/scripts.rs, so this measures the code as it is.
+#
+# Usage: bash benches/node_instructions.sh [pairs]   (default 2000; about a minute)
+# Needs valgrind and redis-server (Debian's packages valgrind and redis-server).
+set -euo pipefail
+# Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
+export LC_ALL=C
+cd "$(dirname "$0")/.."
+pairs=${1:-2000}
+for tool in valgrind redis-server redis-cli callgrind_annotate; do
+    command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The text of a script constant in src/scripts.rs.
+script() {
+    awk -v name="$1" '
+        $0 ~ "pub\\(crate\\) const " name ": &str = r#\"" { inside = 1; next }
+        inside && /^"#;/ { exit }
+        inside { print }
+    ' src/scripts.rs
+}
+
+# Redis protocol for one command (arguments as given), so that scripts travel verbatim.
+resp() {
+    printf '*%d\r\n' "$#"
+    for arg in "$@"; do
+        printf '$%d\r\n%s\r\n' "${#arg}" "$arg"
+    done
+}
+
+sha() { printf '%s' "$1" | sha1sum | cut -d' ' -f1; }
+release=$(script RELEASE)
+names_acquire=$(script NAMES_ACQUIRE)
+names_release=$(script NAMES_RELEASE)
+read_acquire=$(script READ_ACQUIRE)
+read_release=$(script READ_RELEASE)
+write_acquire=$(script WRITE_ACQUIRE)
+release_sha=$(sha "$release")
+names_acquire_sha=$(sha "$names_acquire")
+names_release_sha=$(sha "$names_release")
+read_acquire_sha=$(sha "$read_acquire")
+read_release_sha=$(sha "$read_release")
+write_acquire_sha=$(sha "$write_acquire")
+noop='return 0'
+noop_sha=$(sha "$noop")
+
+# The commands of `count` pairs of case `case`, in RESP.
+commands() {
+    local case=$1 count=$2 i v
+    for script in "$release" "$names_acquire" "$names_release" "$read_acquire" "$read_release" \
+        "$write_acquire" "$noop"; do
+        resp SCRIPT LOAD "$script"
+    done
+    if [ "$case" = read-among-7 ]; then
+        for i in 1 2 3 4 5 6 7; do
+            resp ZADD n:readers 9999999999999 "other$i"
+        done
+        resp SET n redmutex:readers PXAT 9999999999999
+        resp PEXPIREAT n:readers 9999999999999
+    fi
+    for ((i = 0; i < count; i++)); do
+        v="value$i"
+        case $case in
+        mutex)
+            resp SET n "$v" NX PX 8000
+            resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        empty-scripts)
+            # The fixed cost of running a script: two that do nothing, with a mutex's arguments.
+            resp EVALSHA "$noop_sha" 1 n "$v" 8000
+            resp EVALSHA "$noop_sha" 1 n "$v"
+            ;;
+        names-*)
+            local n=${case#names-} keys=() k
+            for ((k = 0; k < n; k++)); do keys+=("n:$k"); done
+            resp EVALSHA "$names_acquire_sha" "$n" "${keys[@]}" "$v" 8000 0
+            resp EVALSHA "$names_release_sha" "$n" "${keys[@]}" "$v" 0
+            ;;
+        read | read-among-7)
+            resp EVALSHA "$read_acquire_sha" 3 n n:readers n:writer-waiting "$v" 8000
+            resp EVALSHA "$read_release_sha" 2 n n:readers "$v" 0
+            ;;
+        write)
+            resp EVALSHA "$write_acquire_sha" 3 n n:readers n:writer-waiting "$v" 8000 1450
+            resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        esac
+    done
+}
+
+# Instructions the node executed for `count` pairs of `case`, start-up and shutdown included.
+instructions() {
+    local case=$1 count=$2 out socket="$work/redis.sock"
+    out="$work/callgrind.$case.$count"
+    commands "$case" "$count" >"$work/commands"
+    # A unix socket: no port to collide with other servers on the machine.
+    valgrind --tool=callgrind --callgrind-out-file="$out" \
+        redis-server --port 0 --unixsocket "$socket" --save "" --appendonly no \
+        --dir "$work" >"$work/valgrind.log" 2>&1 &
+    local server=$! up=
+    for _ in $(seq 600); do
+        if redis-cli -s "$socket" PING >/dev/null 2>&1; then up=1; break; fi
+        sleep 0.1
+    done
+    [ -n "$up" ] || { echo "redis-server under valgrind did not start" >&2; exit 1; }
+    redis-cli -s "$socket" --pipe <"$work/commands" >"$work/pipe.log"
+    grep -q "errors: 0" "$work/pipe.log" || { cat "$work/pipe.log" >&2; exit 1; }
+    redis-cli -s "$socket" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+    wait "$server" || true
+    # Read to the end: an early exit would fail the pipeline (pipefail) with SIGPIPE.
+    callgrind_annotate "$out" | awk '/PROGRAM TOTALS/ && !seen { gsub(",", "", $1); print $1; seen = 1 }'
+}
+
+printf '%-14s %14s %10s\n' "case" "instr/pair" "x mutex"
+base=
+for case in mutex empty-scripts names-1 names-2 names-8 names-32 read read-among-7 write; do
+    once=$(instructions "$case" "$pairs")
+    twice=$(instructions "$case" $((2 * pairs)))
+    per=$(((twice - once) / pairs))
+    base=${base:-$per}
+    printf '%-14s %14d %10s\n' "$case" "$per" "$(awk -v a="$per" -v b="$base" 'BEGIN { printf "%.2f", a / b }')"
+done
