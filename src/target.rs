@@ -66,9 +66,17 @@ struct Beside {
 }
 
 /// Suffixes of the keys redmutex keeps beside a name `x`: `x:fence` (the fencing counter),
-/// `x:readers` and `x:writer-waiting` (a read-write lock's readers and a waiting writer's mark).
-/// No name may end in one, so that no name is ever another name's auxiliary key.
-pub(crate) const RESERVED_SUFFIXES: [&str; 3] = [":fence", ":readers", ":writer-waiting"];
+/// `x:readers` and `x:writer-waiting` (a read-write lock's readers and a waiting writer's mark),
+/// `x:line`, `x:line:until` and `x:ticket` (the fair line). No name may end in one, so that no
+/// name is ever another name's auxiliary key.
+pub(crate) const RESERVED_SUFFIXES: [&str; 6] = [
+    ":fence",
+    ":readers",
+    ":writer-waiting",
+    ":line",
+    ":line:until",
+    ":ticket",
+];
 
 /// The first name of a target without names (refused by `check`), so that reading it never panics.
 static NO_NAME: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));

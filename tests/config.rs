@@ -85,7 +85,7 @@ async fn invalid_settings_fail_before_any_io() {
 }
 
 /// Names every primitive refuses, before any I/O: empty names, an empty list, and names that
-/// could be another name's auxiliary key (`x:fence`, `x:readers`, `x:writer-waiting`). Duplicate
+/// could be another name's auxiliary key (`x:fence`, `x:readers`, `x:line`, ...). Duplicate
 /// names collapse. The readers' marker is no lock value.
 #[tokio::test]
 async fn bad_names_of_every_primitive_fail_before_any_io() {
@@ -117,9 +117,21 @@ async fn bad_names_of_every_primitive_fail_before_any_io() {
     );
     assert_eq!(field(redlock.new_rwlock("").read().await), "name");
     assert_eq!(field(redlock.new_rwlock("").try_write().await), "name");
-    for suffix in [":fence", ":readers", ":writer-waiting"] {
+    let suffixes = [
+        ":fence",
+        ":readers",
+        ":writer-waiting",
+        ":line",
+        ":line:until",
+        ":ticket",
+    ];
+    for suffix in suffixes {
         let aux = format!("prices{suffix}");
         assert_eq!(field(redlock.new_mutex(aux.as_str()).lock().await), "name");
+        assert_eq!(
+            field(redlock.new_mutex(aux.as_str()).with_fair(true).lock().await),
+            "name"
+        );
         assert_eq!(field(redlock.new_rwlock(aux.as_str()).read().await), "name");
         assert_eq!(
             field(redlock.new_rwlock(aux.as_str()).write().await),
