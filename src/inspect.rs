@@ -253,7 +253,8 @@ impl Mutex {
     /// # Errors
     ///
     /// [`Error::NoQuorum`] when fewer than a quorum of nodes answered (each failure listed);
-    /// [`Error::Config`] (before any I/O) for invalid settings.
+    /// [`Error::Config`] (before any I/O) for invalid settings, and for a mutex over several names
+    /// (inspect them one by one).
     ///
     /// # Cancel safety
     ///
@@ -277,6 +278,12 @@ impl Mutex {
     /// ```
     pub async fn inspect(&self) -> Result<LockState, Error> {
         let plan = self.plan()?;
+        if self.names().len() > 1 {
+            return Err(Error::config(
+                "names",
+                "inspect looks at one name: inspect each with `Redlock::new_mutex(name)`",
+            ));
+        }
         let nodes = self.redlock().nodes();
         let name = self.name();
         let answers = each_node(nodes, plan.node_timeout, |_, mut connection| async move {
@@ -299,6 +306,10 @@ impl Mutex {
 
     /// **Breaks the lock on purpose**: deletes the name's key on every node, whatever value it
     /// holds. Returns on how many nodes a key was deleted.
+    ///
+    /// A mutex made by [`Redlock::new_multi_mutex`](crate::Redlock::new_multi_mutex) deletes the
+    /// keys of all its names. Where readers of a [`RwLock`](crate::RwLock) hold the name, it
+    /// removes them all.
     ///
     /// This is the emergency release for a lock that must not wait for its expiry (its holder hung
     /// with a long expiry, or is known to be dead). **It breaks mutual exclusion**: if the holder is
@@ -344,9 +355,15 @@ impl Mutex {
         let nodes = self.redlock().nodes();
         let name = self.name();
         let notify = if plan.wake_on_release { "1" } else { "0" };
+        let pairs: Vec<String> = self
+            .names()
+            .flat_map(|name| [name.to_owned(), format!("{name}:readers")])
+            .collect();
+        let keys: Vec<&str> = pairs.iter().map(String::as_str).collect();
+        let keys = keys.as_slice();
         let answers = each_node(nodes, plan.node_timeout, |_, mut connection| async move {
             let script = (FORCE_RELEASE, DIGESTS.force_release.as_str());
-            match eval(&mut connection, script.0, script.1, &[name], &[notify]).await? {
+            match eval(&mut connection, script.0, script.1, keys, &[notify]).await? {
                 Value::Int(deleted) => Ok(deleted > 0),
                 other => Err(unexpected(&other)),
             }

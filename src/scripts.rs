@@ -313,20 +313,30 @@ if not current then return false end
 return {string.sub(redis.sha1hex(current), 1, 12), redis.call('PTTL', KEYS[1])}
 "#;
 
-/// Forced release (`Mutex::force_unlock`): deletes the key whatever it holds. `KEYS[1]` = name,
-/// `ARGV[1]` = `1` to publish a release notice as `RELEASE_NOTIFY` does (with the released value,
-/// so waiters tell this release from others). Returns 1 when a key was deleted, 0 when there was
-/// none. The fencing counter (`<name>:fence`) is another key and stays.
+/// Forced release (`Mutex::force_unlock`): deletes the keys whatever they hold. `KEYS` come in
+/// pairs, a name and its readers (`<name>:readers`), one pair per name of the mutex; `ARGV[1]` =
+/// `1` to publish a release notice for each deleted key as `RELEASE_NOTIFY` does (with the released
+/// value, so waiters tell this release from others). Returns 1 when a key was deleted, 0 when there
+/// was none. Where readers held the name (its key holds their marker), their set goes too:
+/// otherwise a forced-out reader's entry would outlive the marker, and a reader arriving later
+/// would set a marker under which the forced-out one could extend again. The fencing counter
+/// (`<name>:fence`) is another key and stays.
 pub(crate) const FORCE_RELEASE: &str = r#"
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then return 0 end
-local current = ''
-if kind == 'string' then current = redis.call('GET', KEYS[1]) end
-redis.call('DEL', KEYS[1])
-if ARGV[1] == '1' then
-  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], current)
+local deleted = 0
+for i = 1, #KEYS, 2 do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind ~= 'none' then
+    local current = ''
+    if kind == 'string' then current = redis.call('GET', KEYS[i]) end
+    if current == 'redmutex:readers' then redis.call('DEL', KEYS[i + 1]) end
+    redis.call('DEL', KEYS[i])
+    if ARGV[1] == '1' then
+      redis.call('PUBLISH', 'redmutex:released:' .. KEYS[i], current)
+    end
+    deleted = 1
+  end
 end
-return 1
+return deleted
 "#;
 
 /// The start of every semaphore script. `KEYS[1]` = the name: a sorted set of the holders'

@@ -150,6 +150,57 @@ async fn force_unlock_frees_another_holders_lock_and_its_extend_then_fails() {
     next.unlock().await.unwrap();
 }
 
+/// A forced release of a name that readers hold removes the readers too. Were their set left
+/// behind, a reader arriving afterwards would set the marker again, and a forced-out reader could
+/// then extend as if nothing had happened.
+#[tokio::test]
+async fn force_unlock_of_a_name_readers_hold_removes_every_reader() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "inspect:read-held";
+    let rwlock = redlock
+        .new_rwlock(name)
+        .with_expiry(Duration::from_secs(10))
+        .with_tries(1);
+    let forced = rwlock.read().await.unwrap();
+    assert_eq!(quick(&redlock, name).force_unlock().await.unwrap(), 3);
+    for node in cluster.nodes() {
+        assert!(!node.exists(name) && !node.exists("inspect:read-held:readers"));
+    }
+    let later = rwlock.read().await.unwrap();
+    assert!(matches!(forced.extend().await, Err(Error::Expired)));
+    later.unlock().await.unwrap();
+    assert!(matches!(forced.unlock().await, Err(Error::Expired)));
+    // The name is free: the forced-out reader's entry keeps no marker alive.
+    let writer = rwlock.try_write().await.unwrap();
+    writer.unlock().await.unwrap();
+}
+
+/// A mutex over several names breaks the lock on all of them, and inspects none: a lock state is
+/// one name's.
+#[tokio::test]
+async fn force_unlock_of_a_multi_name_mutex_deletes_every_name() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let names = ["inspect:multi:a", "inspect:multi:b"];
+    let transfer = redlock
+        .new_multi_mutex(names)
+        .with_expiry(Duration::from_secs(10));
+    let held = transfer.lock().await.unwrap();
+    assert_eq!(transfer.force_unlock().await.unwrap(), 3);
+    for node in cluster.nodes() {
+        assert!(names.iter().all(|name| !node.exists(name)));
+    }
+    assert!(matches!(held.extend().await, Err(Error::Expired)));
+    let Err(Error::Config { field, .. }) = transfer.inspect().await else {
+        panic!("inspect takes one name");
+    };
+    assert_eq!(field, "names");
+    for name in names {
+        assert!(!quick(&redlock, name).inspect().await.unwrap().is_held());
+    }
+}
+
 #[tokio::test]
 async fn force_unlock_leaves_the_fencing_counter_alone() {
     let cluster = Cluster::start(3);
