@@ -112,6 +112,113 @@ async fn the_readme_rule_runs_every_feature() {
     }
 }
 
+#[tokio::test]
+async fn the_readme_rule_runs_every_primitive() {
+    let (cluster, redlock) = cluster_with(&readme_rule()).await;
+
+    // A fair line: the waiter is handed the lock by the release (its retry delay is a minute).
+    let fair = mutex(&redlock, "lock:acl-fair")
+        .with_fair(true)
+        .with_retry_delay(Duration::from_secs(60))
+        .with_tries(10);
+    let holder = fair.lock().await.expect("fair lock");
+    let waiter = {
+        let fair = fair.clone();
+        tokio::spawn(async move { fair.lock().await })
+    };
+    support::eventually("the waiter stands in line", || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|n| n.exists("lock:acl-fair:line"))
+    })
+    .await;
+    holder.unlock().await.expect("fair unlock hands over");
+    let next = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("handed the lock")
+        .expect("task ran")
+        .expect("fair lock");
+    next.extend().await.expect("fair extend");
+    next.unlock().await.expect("fair unlock");
+
+    let both = redlock
+        .new_multi_mutex(["lock:acl-a", "lock:acl-b"])
+        .with_expiry(Duration::from_secs(20))
+        .with_fencing(true)
+        .with_wake_on_release(true);
+    let lock = both.lock().await.expect("multi-name lock");
+    assert!(lock.token().is_some());
+    lock.extend().await.expect("multi-name extend");
+    lock.unlock().await.expect("multi-name unlock");
+
+    let rwlock = redlock
+        .new_rwlock("lock:acl-rw")
+        .with_expiry(Duration::from_secs(20))
+        .with_tries(3)
+        .with_wake_on_release(true);
+    let readers = [rwlock.read().await, rwlock.read().await].map(|r| r.expect("read"));
+    assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
+    for reader in readers {
+        reader.extend().await.expect("read extend");
+        reader.unlock().await.expect("read unlock");
+    }
+    let writer = rwlock.write().await.expect("write");
+    writer.unlock().await.expect("write unlock");
+
+    let semaphore = redlock
+        .new_semaphore("lock:acl-permits", 2)
+        .with_expiry(Duration::from_secs(20))
+        .with_tries(1)
+        .with_wake_on_release(true);
+    let permits =
+        [semaphore.acquire().await, semaphore.acquire().await].map(|p| p.expect("permit"));
+    assert!(matches!(
+        semaphore.try_acquire().await,
+        Err(Error::Taken { .. })
+    ));
+    for permit in permits {
+        permit.extend().await.expect("permit extend");
+        permit.unlock().await.expect("permit unlock");
+    }
+
+    // The operator's calls.
+    let stuck = mutex(&redlock, "lock:acl-stuck");
+    let _held = stuck.lock().await.expect("lock");
+    assert!(stuck.inspect().await.expect("inspect").is_held());
+    assert_eq!(stuck.force_unlock().await.expect("force_unlock"), 3);
+}
+
+/// Every command the library's scripts run is in the README's rule: Redis checks each against the
+/// user's permissions, so a script that starts using one more command needs the rule to grow.
+#[test]
+fn the_readme_rule_allows_every_command_the_scripts_run() {
+    let scripts = [
+        include_str!("../src/scripts.rs"),
+        include_str!("../src/scripts/fair.rs"),
+    ];
+    let rule = readme_rule();
+    let mut commands = Vec::new();
+    for source in scripts {
+        for call in ["redis.call('", "redis.pcall('"] {
+            for (at, _) in source.match_indices(call) {
+                let rest = &source[at + call.len()..];
+                let command = &rest[..rest.find('\'').expect("a quoted command")];
+                commands.push(command.to_lowercase());
+            }
+        }
+    }
+    commands.sort();
+    commands.dedup();
+    assert!(commands.len() > 15, "{commands:?}");
+    for command in commands {
+        assert!(
+            rule.contains(&format!("+{command}")),
+            "the README's ACL rule lacks +{command}"
+        );
+    }
+}
+
 /// The per-node errors of `result`, which must be `NoQuorum` over every node.
 fn refusals(result: Result<impl std::fmt::Debug, Error>) -> Vec<String> {
     match result {
