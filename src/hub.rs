@@ -10,8 +10,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::future::{BoxFuture, Shared};
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::line::{Line, WaiterId};
@@ -59,6 +60,8 @@ struct Waiters {
     latest_ticket: u64,
     /// Since when nobody waits.
     idle_since: Option<Instant>,
+    /// The name's subscription: a notice published before it is in place is lost.
+    subscription: Subscribing,
 }
 
 /// What the notices told one fair waiter since it last looked.
@@ -74,13 +77,14 @@ struct Handed {
 const UNCLAIMED: usize = 16;
 
 impl Waiters {
-    fn new(nodes: usize, quorum: usize) -> Waiters {
+    fn new(nodes: usize, quorum: usize, subscription: Subscribing) -> Waiters {
         Waiters {
             line: Line::new(nodes, quorum),
             turns: HashMap::new(),
             unclaimed: VecDeque::new(),
             latest_ticket: 0,
             idle_since: None,
+            subscription,
         }
     }
 
@@ -135,8 +139,9 @@ impl Hub {
         subscribing: &mut Option<Subscribing>,
     ) -> &'s mut Waiters {
         let waiters = state.names.entry(Arc::clone(name)).or_insert_with(|| {
-            *subscribing = Some(self.subscribe(name));
-            Waiters::new(self.nodes, self.quorum)
+            let subscription = self.subscribe(name);
+            *subscribing = Some(subscription.clone());
+            Waiters::new(self.nodes, self.quorum, subscription)
         });
         waiters.idle_since = None;
         waiters
@@ -171,7 +176,10 @@ impl Hub {
     }
 
     /// Registers a fair waiter of `name`, named by `fingerprint` in hand-off notices, and
-    /// subscribes like [`join`](Hub::join).
+    /// subscribes like [`join`](Hub::join). Unlike `join`, it returns the subscription to every
+    /// waiter that comes while it is on its way, not only to the one that started it: a hand-off
+    /// to any of them may have been published before the nodes listened, and only a fair waiter's
+    /// next round, a third of the expiry later, would find it.
     pub(crate) fn take_turn(
         self: &Arc<Self>,
         name: &Arc<str>,
@@ -182,6 +190,9 @@ impl Hub {
         let (id, wake) = state.new_waiter();
         let mut subscribing = None;
         let waiters = self.waiters(&mut state, name, &mut subscribing);
+        if subscribing.is_none() && !waiters.subscription.is_confirmed() {
+            subscribing = Some(waiters.subscription.clone());
+        }
         let mut handed = Handed {
             id,
             nodes: Vec::new(),
@@ -209,10 +220,18 @@ impl Hub {
             let _ = commands.send(Command::Subscribe(channel(name), Some(sender)));
             confirmations.push(receiver);
         }
-        Subscribing {
-            confirmations,
-            needed: self.quorum,
-        }
+        let needed = self.quorum;
+        let quorum = async move {
+            let mut confirmations = confirmations;
+            let mut confirmed = 0;
+            while let Some(reply) = confirmations.next().await {
+                confirmed += usize::from(reply.is_ok());
+                if confirmed >= needed {
+                    return;
+                }
+            }
+        };
+        Subscribing(quorum.boxed().shared())
     }
 
     /// The highest ticket heard of for `name`, and `seen` from now on if higher: for the offer of
@@ -332,25 +351,21 @@ fn claim(unclaimed: &mut VecDeque<(String, usize)>, fingerprint: &str, handed: &
     });
 }
 
-/// The subscription of a name that had no listeners yet, on its way to the nodes.
-pub(crate) struct Subscribing {
-    confirmations: FuturesUnordered<oneshot::Receiver<()>>,
-    needed: usize,
-}
+/// The subscription of a name that had no listeners yet, on its way to the nodes: done once a
+/// quorum of listeners confirmed it (or every listener answered). Shared, so that whichever of its
+/// waiters looks first drives it, and a waiter that stops waiting leaves it to the others.
+#[derive(Clone)]
+pub(crate) struct Subscribing(Shared<BoxFuture<'static, ()>>);
 
 impl Subscribing {
     /// Waits until a quorum of nodes confirmed the subscription, or `timeout` passed.
-    pub(crate) async fn confirmed(mut self, timeout: Duration) {
-        let quorum = async {
-            let mut confirmed = 0;
-            while let Some(reply) = self.confirmations.next().await {
-                confirmed += usize::from(reply.is_ok());
-                if confirmed >= self.needed {
-                    return;
-                }
-            }
-        };
-        let _ = tokio::time::timeout(timeout, quorum).await;
+    pub(crate) async fn confirmed(self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.0).await;
+    }
+
+    /// Whether the subscription is done.
+    fn is_confirmed(&self) -> bool {
+        self.0.peek().is_some()
     }
 }
 

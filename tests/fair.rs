@@ -171,6 +171,64 @@ async fn a_crashed_head_is_passed_over_once_its_place_expires() {
     drop(proxies);
 }
 
+/// A hand-off published while the waiter's client is still subscribing to the name is lost:
+/// pub/sub keeps nothing. So every fair waiter that joined while the subscription was on its way
+/// makes a round once it is in place, and finds the lock handed to it then; not only the call that
+/// started the subscription (here a plain waiter of the same client), and not at its renewal, a
+/// third of the expiry later.
+#[tokio::test]
+async fn a_hand_off_before_the_client_listens_is_found_at_once() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster).await;
+    // The waiters' client reaches every node with 200 ms each way, so its subscription is in place
+    // only well after its waiter stood in line.
+    let proxies = cluster.proxies();
+    let slow = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    let warm = slow
+        .new_mutex("fair:unheard:warm-up")
+        .lock()
+        .await
+        .expect("lock");
+    warm.unlock().await.expect("unlock");
+    proxies.set_mode(&[0, 1, 2], Mode::Delay(Duration::from_millis(200)));
+    let name = "fair:unheard";
+    let patient = |mutex: Mutex| {
+        mutex
+            .with_expiry(Duration::from_secs(9))
+            .with_timeout_factor(0.15)
+            .with_retry_delay(Duration::from_secs(10))
+            .with_tries(3)
+    };
+    let held = patient(holder.new_mutex(name).with_fair(true))
+        .lock()
+        .await
+        .expect("free lock");
+    let plain = patient(slow.new_mutex(name).with_wake_on_release(true));
+    let plain = tokio::spawn(async move { plain.lock().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fair = patient(slow.new_mutex(name).with_fair(true));
+    let fair = tokio::spawn(async move { fair.lock().await });
+    eventually("the fair waiter stands in line", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 1)
+    })
+    .await;
+    let released = Instant::now();
+    held.unlock().await.expect("unlock hands the lock over");
+    let lock = tokio::time::timeout(Duration::from_secs(10), fair)
+        .await
+        .expect("served at last")
+        .expect("task ran")
+        .expect("fair lock");
+    let served = released.elapsed();
+    // Its renewal would have come 3 s after it joined.
+    assert!(
+        served < Duration::from_secs(2),
+        "served {served:?} after the release"
+    );
+    lock.unlock().await.expect("unlock");
+    plain.abort();
+}
+
 /// Waiters in line while a node is killed (and restarted later than the expiry, as Redlock
 /// requires) and another is paused: served in join order, never two at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -99,7 +99,7 @@ async fn a_waiter_is_woken_by_the_release() {
 async fn each_release_wakes_one_waiter_in_line() {
     let cluster = Cluster::start(5);
     let redlock = client(&cluster).await;
-    let name = "wake:line";
+    let name = "wake:queue";
     let mutex = waking(&redlock, name);
     let mut lock = mutex.lock().await.expect("free lock");
     let (sender, mut locks) = mpsc::unbounded_channel();
