@@ -67,6 +67,42 @@ end
     };
 }
 
+/// Where nobody stands in line on this node (no line key: an empty sorted set does not exist),
+/// nobody can be ahead of us, so the round is a plain mutex's acquire: `SET NX`, or renewing the
+/// key if it is already ours. This costs an uncontended `lock()` two commands on the node
+/// instead of the line's seven; the script below decides exactly the same in that case. A key
+/// held by another sends us to the line.
+macro_rules! round_without_line {
+    () => {
+        r#"
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, 0}
+  end
+end
+"#
+    };
+}
+
+/// Where nobody stands in line on this node, a release is the plain one, with its notice: the
+/// same as the script below decides in that case, in three or four commands instead of eight.
+macro_rules! release_without_line {
+    () => {
+        r#"
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local current = redis.call('GET', KEYS[1])
+  if not current then return 0 end
+  if current ~= ARGV[1] then return -1 end
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+  return 1
+end
+"#
+    };
+}
+
 /// A waiter's round: take the lock if it is ours or our turn, else join or stay in line.
 ///
 /// `KEYS[1]` = name, `KEYS[2]` = line, `KEYS[3]` = line expiries, `KEYS[4]` = ticket counter;
@@ -83,6 +119,7 @@ end
 /// and `{0, ticket}` when we wait in line, with our ticket on this node (our entry renewed for
 /// another expiry).
 pub(crate) const ROUND: &str = concat!(
+    round_without_line!(),
     clock_and_sweep!(),
     hand_off!(),
     stand!(),
@@ -135,6 +172,7 @@ pub(crate) const GRANT_MARK: u8 = 0;
 /// itself (a capability), and carries the node's ticket counter as a hint for later joiners.
 /// Without a head the notice is the plain release notice. Replies as `RELEASE` does.
 pub(crate) const RELEASE: &str = concat!(
+    release_without_line!(),
     clock_and_sweep!(),
     hand_off!(),
     r#"
