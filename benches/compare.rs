@@ -60,6 +60,9 @@
 //! polling or woken, in 1 client or 8; the fair rows and those of 8 clients with 8 tasks each run
 //! only when `BENCH_ONLY` selects them (e.g. `BENCH_ONLY='handoff'` runs all of them).
 //!
+//! `BENCH_TRACE=debug` (or `trace`) prints the library's traces to stderr, to see what a row
+//! does; it slows every row down.
+//!
 //! Prints a table, then one JSON line per row, also appended to `target/bench-compare.jsonl`.
 
 use std::future::Future;
@@ -239,6 +242,8 @@ struct Config {
     handoff: Duration,
     /// Words every row label must contain (`BENCH_ONLY`); empty runs every row.
     only: Vec<String>,
+    /// The library's traces at this level, to stderr (`BENCH_TRACE`, e.g. `debug`).
+    trace: Option<tracing_subscriber::filter::LevelFilter>,
 }
 
 impl Config {
@@ -289,6 +294,14 @@ impl Config {
                 .map(|word| word.trim().to_owned())
                 .filter(|word| !word.is_empty())
                 .collect(),
+            trace: match std::env::var("BENCH_TRACE") {
+                Ok(text) => Some(
+                    text.trim()
+                        .parse()
+                        .map_err(|_| format!("BENCH_TRACE={text:?} is not a tracing level"))?,
+                ),
+                Err(_) => None,
+            },
         })
     }
 }
@@ -306,6 +319,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(level) = config.trace {
+        // To see what a row does (rounds, hand-offs by notice); it slows every row down, so
+        // its figures are not measurements.
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let run = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -102,6 +102,10 @@ pub const HOLD: Duration = Duration::from_millis(1);
 /// How long a task that unlocked waits at most for another task to take the lock.
 const STEP_BACK: Duration = Duration::from_secs(2);
 
+/// A stretch without an acquisition this long is a stall: with waiters always in line, a
+/// hand-off takes milliseconds, a polling waiter's retry delay at most 250 ms.
+const STALL: Duration = Duration::from_millis(500);
+
 /// Waiter W *joined before* waiter V if W's `lock()` call began more than the allowance before
 /// V's did. Join order is defined from outside the library, by when the calls began: a waiter
 /// enters a line (its client's, or the fair line on the nodes) with its first attempt, about one
@@ -291,6 +295,8 @@ pub struct Round {
     ordered: u64,
     /// The longest stretch of the window without an acquisition, in ns.
     longest_gap_ns: u64,
+    /// Stretches of the window longer than [`STALL`] without an acquisition.
+    stalls: u64,
     violations: u64,
     error: Option<String>,
 }
@@ -323,6 +329,8 @@ pub struct HandoffRow {
     /// The longest stretch of one round's window in which nobody acquired the lock: a lock
     /// nobody used shows here, where the hand-off percentiles (which need a release) miss it.
     pub longest_gap_ms: f64,
+    /// Stretches of a round's window longer than [`STALL`] without an acquisition.
+    pub stalls: u64,
     /// Fewest and most acquisitions by one task in one round.
     pub task_min: u64,
     pub task_max: u64,
@@ -364,6 +372,7 @@ impl HandoffRow {
             ordered += round.ordered;
             row.violations += round.violations;
             row.longest_gap_ms = row.longest_gap_ms.max(round.longest_gap_ns as f64 / 1e6);
+            row.stalls += round.stalls;
         }
         handoffs.sort_unstable();
         let ms = |ns: u64| ns as f64 / 1e6;
@@ -446,6 +455,7 @@ impl HandoffRow {
         }
         fields.extend([
             ("longest_gap_ms", Json::Num(self.longest_gap_ms)),
+            ("stalls", Json::Num(self.stalls as f64)),
             ("task_min", Json::Num(self.task_min as f64)),
             ("task_max", Json::Num(self.task_max as f64)),
             ("lock_failures", Json::Num(self.lock_failures as f64)),
@@ -575,12 +585,14 @@ pub fn run_round(
             .map(|call| call.end)
             .collect();
         acquired.sort_unstable();
-        round.longest_gap_ns = std::iter::once(start)
+        let gaps: Vec<u64> = std::iter::once(start)
             .chain(acquired.iter().copied())
             .zip(acquired.iter().copied().chain(std::iter::once(deadline)))
             .map(|(from, to)| to.saturating_sub(from))
-            .max()
-            .unwrap_or(0);
+            .collect();
+        round.longest_gap_ns = gaps.iter().copied().max().unwrap_or(0);
+        let stall = u64::try_from(STALL.as_nanos()).unwrap_or(u64::MAX);
+        round.stalls = gaps.iter().filter(|&&gap| gap > stall).count() as u64;
         (round.in_order, round.ordered) = join_order(&mut calls, |call| shared.in_window(call.end));
         round.violations = shared.violations.load(Ordering::Relaxed);
     });
@@ -654,12 +666,13 @@ pub fn print_table(rows: &[HandoffRow]) {
          nodes, all = those plus the commands scripts ran on them, per acquisition (INFO \
          commandstats); in order = acquisitions that no waiter whose lock() began more than \
          1 / 5 / 25 ms earlier was still waiting for; gap = the longest stretch of a round's \
-         window without an acquisition; min/max = acquisitions of one task in one round",
+         window without an acquisition, stalls = stretches longer than {} ms; min/max = acquisitions of one task in one round",
         HOLD.as_millis(),
+        STALL.as_millis(),
     );
     println!();
     println!(
-        "{:<44} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>21} {:>6} {:>4} {:>4} {:>5} {:>4}",
+        "{:<44} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>21} {:>6} {:>6} {:>4} {:>4} {:>5} {:>4}",
         "",
         "acq/s",
         "p50 ms",
@@ -670,6 +683,7 @@ pub fn print_table(rows: &[HandoffRow]) {
         "all",
         "in order 1/5/25 ms %",
         "gap ms",
+        "stalls",
         "min",
         "max",
         "fails",
@@ -686,7 +700,7 @@ pub fn print_table(rows: &[HandoffRow]) {
             .map(|v| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}")))
             .join("/");
         println!(
-            "{:<44} {:>7.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>21} {:>6.0} {:>4} {:>4} {:>5} {:>4}",
+            "{:<44} {:>7.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>21} {:>6.0} {:>6} {:>4} {:>4} {:>5} {:>4}",
             row.label,
             row.per_s,
             opt(row.handoff_p50_ms),
@@ -697,6 +711,7 @@ pub fn print_table(rows: &[HandoffRow]) {
             opt(row.all_per_acquisition),
             order,
             row.longest_gap_ms,
+            row.stalls,
             row.task_min,
             row.task_max,
             row.lock_failures,
