@@ -102,8 +102,8 @@ pub const HOLD: Duration = Duration::from_millis(1);
 /// How long a task that unlocked waits at most for another task to take the lock.
 const STEP_BACK: Duration = Duration::from_secs(2);
 
-/// A stretch without an acquisition this long is a stall: with waiters always in line, a
-/// hand-off takes milliseconds, a polling waiter's retry delay at most 250 ms.
+/// A stretch without an acquisition this long is a stall: waiters are always in line, and even a
+/// polling one retries within 250 ms (the default retry delay's upper end).
 const STALL: Duration = Duration::from_millis(500);
 
 /// Waiter W *joined before* waiter V if W's `lock()` call began more than the allowance before
@@ -111,11 +111,10 @@ const STALL: Duration = Duration::from_millis(500);
 /// enters a line (its client's, or the fair line on the nodes) with its first attempt, about one
 /// round trip to the nodes after its call began, so two calls that began closer together than
 /// that may enter in either order, and neither has a claim to go first. Every call begins while
-/// another task holds the lock (see [`STEP_BACK`]), so every caller is a waiter. A round trip to
-/// these local nodes takes a fraction of a millisecond at the median, a few at the tail on a
-/// loaded machine: the order is counted at three allowances, from about the tail of a round trip
-/// to far above it, so that a failure at the smallest that vanishes at the larger ones points at
-/// the approximation, and one at every allowance at the line.
+/// another task holds the lock (see [`STEP_BACK`]), so every caller is a waiter. The order is
+/// counted at three allowances, from about the slow end of a round trip to local nodes on a
+/// loaded machine to far above it, so that a failure at the smallest that vanishes at the larger
+/// ones points at the approximation, and one at every allowance at the line.
 ///
 /// An acquisition by V is *out of order* if some W that joined before V was still waiting (its
 /// `lock()` had not returned, with the lock or an error) when V's `lock()` returned. Every waiter
