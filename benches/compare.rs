@@ -48,10 +48,20 @@
 //! split by `|`, e.g. `BENCH_ONLY=current,uncontended-32` or
 //! `BENCH_ONLY='multi,uncontended-32,wait-all|default'`; ratios need the floor rows to match too).
 //!
-//! Then the hand-off rows of wake-up on release (`benches/support/handoff.rs`): 8 tasks on one name
-//! with default settings, polling or woken by release notices, in one client or in 8
-//! (`BENCH_HANDOFF_SECS` measured seconds per row, default 5; `BENCH_ONLY=handoff` runs only
-//! these).
+//! Two contenders run only when `BENCH_ONLY` is set and selects them, so that a full default run
+//! keeps its length: **redmutex wake** (`with_wake_on_release(true)`) and **redmutex fair**
+//! (`with_fair(true)`), default options otherwise, uncontended workloads only, their ratios against
+//! **redmutex default**: what each way of waiting costs while nobody waits.
+//!
+//! Then the hand-off rows of the ways of waiting (`benches/support/handoff.rs`): tasks on one name,
+//! polling, woken by release notices or in the fair line, in one client or in several, interleaved
+//! in rounds like the rows above (`BENCH_HANDOFF_SECS` measured seconds per row, all rounds
+//! together, default 5; `BENCH_ONLY=handoff` runs only these). By default the four rows of 8 tasks,
+//! polling or woken, in 1 client or 8; the fair rows and those of 8 clients with 8 tasks each run
+//! only when `BENCH_ONLY` selects them (e.g. `BENCH_ONLY='handoff'` runs all of them).
+//!
+//! `BENCH_TRACE=debug` (or `trace`) prints the library's traces to stderr, to see what a row
+//! does; it slows every row down.
 //!
 //! Prints a table, then one JSON line per row, also appended to `target/bench-compare.jsonl`.
 
@@ -99,6 +109,10 @@ enum Who {
     RedmutexFencing,
     /// Default options over TLS (`--features tls`): the cost of TLS.
     RedmutexTls,
+    /// Default options plus `with_wake_on_release(true)`: what waking costs while nobody waits.
+    RedmutexWake,
+    /// Default options plus `with_fair(true)`: what a fair mutex costs while nobody waits.
+    RedmutexFair,
     /// A `Semaphore` of [`SEMAPHORE_PERMITS`] permits with default options.
     RedmutexSemaphore,
     Rslock,
@@ -115,13 +129,15 @@ const SEMAPHORE_PERMITS: u32 = 3;
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 14] = [
+    const ALL: [Who; 16] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
         Who::RedmutexFailFast,
         Who::RedmutexFencing,
         Who::RedmutexTls,
+        Who::RedmutexWake,
+        Who::RedmutexFair,
         Who::RedmutexSemaphore,
         Who::Rslock,
         Who::RedmutexNames(1),
@@ -134,9 +150,11 @@ impl Who {
 
     /// Run order before rotation: each library next to its floor, the other primitives and TLS
     /// next to the plain mutex.
-    const RUN: [Who; 14] = [
+    const RUN: [Who; 16] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
+        Who::RedmutexFair,
+        Who::RedmutexWake,
         Who::RedmutexTls,
         Who::RedmutexSemaphore,
         Who::RedmutexNames(1),
@@ -159,6 +177,8 @@ impl Who {
             Who::RedmutexFailFast => "redmutex fail-fast",
             Who::RedmutexFencing => "redmutex fencing",
             Who::RedmutexTls => "redmutex TLS",
+            Who::RedmutexWake => "redmutex wake",
+            Who::RedmutexFair => "redmutex fair",
             Who::RedmutexSemaphore => "redmutex semaphore",
             Who::Rslock => "rslock 0.10.0",
             Who::RedmutexNames(1) => "redmutex names-1",
@@ -174,8 +194,19 @@ impl Who {
     /// Whether the contender runs `workload`: the semaphore only uncontended (3 holders at once
     /// are its point, and the contended workload counts them as violations), multi-name locks
     /// only uncontended (their latency and throughput against the plain lock are the question).
+    /// Waiting modes only uncontended too: what they cost while nobody waits is the question
+    /// here, and the hand-off rows measure the waiting.
     fn runs(self, workload: Workload) -> bool {
-        !(matches!(self, Who::RedmutexSemaphore | Who::RedmutexNames(_)) && workload.contended())
+        !(matches!(
+            self,
+            Who::RedmutexSemaphore | Who::RedmutexNames(_) | Who::RedmutexWake | Who::RedmutexFair
+        ) && workload.contended())
+    }
+
+    /// Whether the contender runs only when `BENCH_ONLY` is set and selects it, so that a full
+    /// default run keeps its length.
+    fn opt_in(self) -> bool {
+        matches!(self, Who::RedmutexWake | Who::RedmutexFair)
     }
 
     /// The row each contender's ratios are taken against: a floor, or for the other primitives
@@ -188,6 +219,7 @@ impl Who {
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
             Who::RedmutexTls | Who::RedmutexSemaphore => Some(Who::RedmutexDefault),
+            Who::RedmutexWake | Who::RedmutexFair => Some(Who::RedmutexDefault),
             Who::RedmutexNames(_) | Who::RedmutexRead | Who::RedmutexWrite => {
                 Some(Who::RedmutexDefault)
             }
@@ -210,6 +242,8 @@ struct Config {
     handoff: Duration,
     /// Words every row label must contain (`BENCH_ONLY`); empty runs every row.
     only: Vec<String>,
+    /// The library's traces at this level, to stderr (`BENCH_TRACE`, e.g. `debug`).
+    trace: Option<tracing_subscriber::filter::LevelFilter>,
 }
 
 impl Config {
@@ -218,6 +252,11 @@ impl Config {
         self.only
             .iter()
             .all(|word| word.split('|').any(|choice| label.contains(choice)))
+    }
+
+    /// Whether `BENCH_ONLY` selects the row `label`, which runs only when asked for (`opt_in`).
+    fn selects_row(&self, label: &str, opt_in: bool) -> bool {
+        self.selects(label) && !(opt_in && self.only.is_empty())
     }
 
     fn from_env() -> Result<Config, String> {
@@ -255,6 +294,14 @@ impl Config {
                 .map(|word| word.trim().to_owned())
                 .filter(|word| !word.is_empty())
                 .collect(),
+            trace: match std::env::var("BENCH_TRACE") {
+                Ok(text) => Some(
+                    text.trim()
+                        .parse()
+                        .map_err(|_| format!("BENCH_TRACE={text:?} is not a tracing level"))?,
+                ),
+                Err(_) => None,
+            },
         })
     }
 }
@@ -272,6 +319,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(level) = config.trace {
+        // To see what a row does (rounds, hand-offs by notice); it slows every row down, so
+        // its figures are not measurements.
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let run = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -324,7 +379,7 @@ fn main() -> ExitCode {
             for i in 0..Who::RUN.len() {
                 let who = Who::RUN[(i + shift) % Who::RUN.len()];
                 let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
-                if who.built() && who.runs(workload) && config.selects(&label) {
+                if who.built() && who.runs(workload) && config.selects_row(&label, who.opt_in()) {
                     seq += 1;
                     group.push((who, seq, Vec::with_capacity(rounds)));
                 }
@@ -362,24 +417,38 @@ fn main() -> ExitCode {
             }
         }
     }
-    let mut handoffs = Vec::new();
-    for (i, &setup) in handoff::ROWS.iter().enumerate() {
-        let label = handoff::label(setup.0, setup.1);
-        if !config.selects(&label) {
-            continue;
+    // The hand-off rows, in interleaved rounds as above: every row runs one round, then all of
+    // them run the next, in an order rotated by one per round.
+    let setups: Vec<(usize, handoff::Setup)> = handoff::ROWS
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, setup)| config.selects_row(&setup.label(), setup.opt_in))
+        .collect();
+    let mut handoff_rounds: Vec<Vec<handoff::Round>> =
+        setups.iter().map(|_| Vec::with_capacity(rounds)).collect();
+    let handoff_window = config.handoff / config.rounds;
+    for round in 0..rounds {
+        for k in 0..setups.len() {
+            let j = (k + round) % setups.len();
+            let (i, setup) = setups[j];
+            eprintln!("compare: round {}/{rounds} {}", round + 1, setup.label());
+            let name = format!("bench:{run}:handoff{i}:{round}");
+            handoff_rounds[j].push(handoff::run_round(
+                &cluster,
+                &urls,
+                setup,
+                config.timing.warmup,
+                handoff_window,
+                name,
+            ));
         }
-        eprintln!("compare: {label}");
-        let name = format!("bench:{run}:handoff{i}");
-        let warmup = config.timing.warmup;
-        handoffs.push(handoff::run(
-            &cluster,
-            &urls,
-            setup,
-            warmup,
-            config.handoff,
-            name,
-        ));
     }
+    let handoffs: Vec<handoff::HandoffRow> = setups
+        .iter()
+        .zip(handoff_rounds)
+        .map(|(&(_, setup), rounds)| handoff::HandoffRow::merge(setup, rounds))
+        .collect();
     add_ratios(&mut rows, &rounds_of);
     rows.sort_by_key(|(who, seq, row)| {
         (
@@ -494,7 +563,12 @@ fn run_contender(
                     .collect())
             })
         }
-        Who::RedmutexDefault | Who::RedmutexFailFast | Who::RedmutexFencing | Who::RedmutexTls => {
+        Who::RedmutexDefault
+        | Who::RedmutexFailFast
+        | Who::RedmutexFencing
+        | Who::RedmutexTls
+        | Who::RedmutexWake
+        | Who::RedmutexFair => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
                 let redlock = match who {
                     Who::RedmutexTls => tls_redlock(tls).await?,
@@ -512,6 +586,12 @@ fn run_contender(
                         }
                         if who == Who::RedmutexFencing {
                             mutex = mutex.with_fencing(true);
+                        }
+                        if who == Who::RedmutexWake {
+                            mutex = mutex.with_wake_on_release(true);
+                        }
+                        if who == Who::RedmutexFair {
+                            mutex = mutex.with_fair(true);
                         }
                         Redmutex { mutex, held: None }
                     })
