@@ -151,7 +151,9 @@ const IN_SCRIPTS: [&str; 11] = [
 /// sides use: a plain mutex sends `SET NX PX` to take the lock, and no script of an unfenced
 /// plain mutex runs SET; a fair mutex never sends SET (its every attempt is a script), and its
 /// scripts run SET to hand the lock over and to raise the ticket counter. So SET counts as sent
-/// in the rows without fair waiting, and as run inside scripts in the fair rows.
+/// in the rows without fair waiting, and as run inside scripts in the fair rows. EXISTS likewise:
+/// a woken waiter of wake-on-release sends it (its look at one node), while fair waiters never
+/// send it and the fair scripts run it (whether anybody stands in line).
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
     /// Commands sent by clients.
@@ -174,8 +176,8 @@ impl Counts {
             if name == "info" || calls == 0 {
                 continue;
             }
-            let inside =
-                IN_SCRIPTS.contains(&name.as_str()) || (name == "set" && waiting == Waiting::Fair);
+            let inside = IN_SCRIPTS.contains(&name.as_str())
+                || (matches!(name.as_str(), "set" | "exists") && waiting == Waiting::Fair);
             if inside {
                 counts.in_scripts += calls;
             } else {
