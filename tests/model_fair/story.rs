@@ -165,24 +165,22 @@ fn holds(before: &State, after: &State) -> String {
         } = a.phase
             && !matches!(b.phase, Phase::Holding { .. })
         {
-            {
-                let how = if handed {
-                    "handed over"
-                } else {
-                    "by its round"
-                };
-                let stale = if intact {
-                    String::new()
-                } else {
-                    let others: Vec<String> = quorum
-                        .iter()
-                        .filter(|&n| after.nodes[n].lock != Some(a.value(c)))
-                        .map(|n| format!("n{n} is {}", key(&after.nodes[n])))
-                        .collect();
-                    format!(" (BUT {})", others.join(", "))
-                };
-                out.push_str(&format!("; {} HOLDS on {quorum} {how}{stale}", a.value(c)));
-            }
+            let how = if handed {
+                "handed over"
+            } else {
+                "by its round"
+            };
+            let stale = if intact {
+                String::new()
+            } else {
+                let others: Vec<String> = quorum
+                    .iter()
+                    .filter(|&n| after.nodes[n].lock != Some(a.value(c)))
+                    .map(|n| format!("n{n} is {}", key(&after.nodes[n])))
+                    .collect();
+                format!(" (BUT {})", others.join(", "))
+            };
+            out.push_str(&format!("; {} HOLDS on {quorum} {how}{stale}", a.value(c)));
         }
         if a.phase == Phase::Waiting && a.pending.is_empty() && !b.pending.is_empty() {
             out.push_str(&format!(
