@@ -1,0 +1,224 @@
+//! Model check of the fair line (issue 15) with the `stateright` model checker: work in progress.
+//!
+//! The protocol is the implemented one (README, "Waiting in a fair line"; the ROUND and RELEASE
+//! scripts in src/scripts/fair.rs; the client in src/waiting/fair.rs and src/acquire.rs), as
+//! `model_fair/protocol.rs` describes it: 3 nodes, client `A` holding the lock at the start (it
+//! unlocks, or crashes), waiters `B` and `C` with small budgets of rounds, every request delayed
+//! past any number of steps (in order per connection), grant notices in any order, replies lost or
+//! timed out (bounded), and the entries and keys of a crashed client (or of a value its client
+//! moved on from) expiring at any step.
+//!
+//! # Properties
+//! - `MUTUAL_EXCLUSION`: never two clients holding with valid keys at once.
+//! - `NO_OVERTAKING`: a client that stood in line (its last round's verdict was "wait": on a
+//!   quorum, one ticket) and stayed live and in line is not overtaken by a client that began to
+//!   join after that.
+//!
+//! # What it abstracts away
+//! - Time: a live waiter renews in time, so its entries and keys do not expire; a holder's keys
+//!   of the quorum it counts lapse only with `lapses`; a release that never lands is, for the
+//!   nodes, a crash after sending it, so only a crashed client's entries and keys expire on their
+//!   own.
+//! - Requests of one client to one node run in the order sent (one connection per node).
+//!
+//! The checker finds a counterexample to `NO_OVERTAKING` when a node gives a joiner the ticket it
+//! offers as it is (no "counter + 1"). Not yet done: the other negative controls (`Variant`) have
+//! not produced a counterexample in the configurations tried, so they are not asserted; progress
+//! when the head crashes is not checked yet. `cargo test --test model_fair` runs the small configuration;
+//! `cargo test --release --test model_fair -- --ignored --nocapture` the larger ones, and
+//! `explore` (ignored) any configuration from environment variables.
+
+#[path = "model_fair/protocol.rs"]
+mod protocol;
+#[path = "model_fair/story.rs"]
+mod story;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model, Path};
+
+use protocol::{Action, FairModel, MUTUAL_EXCLUSION, NO_OVERTAKING, PROGRESS, State, Variant};
+
+/// The outcome of one run of the checker.
+struct Run {
+    model: FairModel,
+    unique_states: usize,
+    complete: bool,
+    discoveries: HashMap<&'static str, Path<State, Action>>,
+}
+
+impl Run {
+    /// Breadth-first over every reachable state, or until a discovery for one of `stop_at`.
+    fn check(model: FairModel, stop_at: &[&'static str]) -> Run {
+        let start = Instant::now();
+        let mut builder = model.clone().checker();
+        if let Some(depth) = std::env::var("DEPTH").ok().and_then(|d| d.parse().ok()) {
+            builder = builder.target_max_depth(depth);
+        }
+        if stop_at.is_empty() {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            builder = builder.threads(threads);
+        } else {
+            let names: BTreeSet<&'static str> = stop_at.iter().copied().collect();
+            builder = builder.finish_when(HasDiscoveries::AnyOf(names));
+        }
+        let checker = builder.spawn_bfs().join();
+        let run = Run {
+            model,
+            unique_states: checker.unique_state_count(),
+            complete: checker.is_done() && stop_at.is_empty(),
+            discoveries: checker.discoveries(),
+        };
+        println!(
+            "{:?}: {} states ({} generated), depth {}, {}, {:.1?}, found {:?}",
+            run.model,
+            run.unique_states,
+            checker.state_count(),
+            checker.max_depth(),
+            if run.complete {
+                "complete"
+            } else {
+                "stopped at the first counterexample"
+            },
+            start.elapsed(),
+            run.discoveries.keys().collect::<Vec<_>>(),
+        );
+        run
+    }
+
+    fn counterexample(&self, property: &'static str) -> (State, String) {
+        let path = self
+            .discoveries
+            .get(property)
+            .unwrap_or_else(|| panic!("the checker should find a counterexample to {property:?}"));
+        let last = path.last_state().clone();
+        let story = story::tell(&self.model, path.clone());
+        println!(
+            "counterexample to {property:?} ({:?}): {}\n{story}",
+            self.model.variant,
+            story::outcome(&last)
+        );
+        (last, story)
+    }
+}
+
+/// A holder and two waiters with one round each, no faults.
+fn small() -> FairModel {
+    FairModel {
+        variant: Variant::Implemented,
+        holder: true,
+        budgets: &[0, 1, 1],
+        crashes: 0,
+        timeouts: 0,
+        lost_replies: false,
+        lapses: false,
+        forget_counters: false,
+        progress: false,
+    }
+}
+
+impl Run {
+    fn assert_holds(&self, property: &'static str) {
+        assert!(self.complete, "the check must cover every reachable state");
+        if self.discoveries.contains_key(property) {
+            self.counterexample(property);
+            panic!("{:?} breaks {property:?}", self.model);
+        }
+    }
+}
+
+#[test]
+fn exclusion_and_order_hold_in_a_small_configuration() {
+    let run = Run::check(small(), &[]);
+    assert!(
+        run.unique_states > 10_000,
+        "suspiciously few states: {}",
+        run.unique_states
+    );
+    run.assert_holds(MUTUAL_EXCLUSION);
+    run.assert_holds(NO_OVERTAKING);
+}
+
+#[test]
+fn a_node_that_gives_the_offered_ticket_as_it_is_lets_a_later_joiner_overtake() {
+    // Without "counter + 1", C stands on a quorum with ticket 1, B joins later offering 1 and
+    // gets it too, and the tie goes to B's smaller value.
+    let model = FairModel {
+        variant: Variant::OfferAsIs,
+        budgets: &[0, 2, 2],
+        ..small()
+    };
+    let run = Run::check(model, &[NO_OVERTAKING]);
+    let (last, story) = run.counterexample(NO_OVERTAKING);
+    assert!(!last.overtakes.is_empty(), "{story}");
+}
+
+#[test]
+#[ignore = "minutes: cargo test --release --test model_fair -- --ignored --nocapture"]
+fn exclusion_and_order_hold_in_larger_configurations() {
+    let configurations = [
+        FairModel {
+            budgets: &[0, 2, 1],
+            ..small()
+        },
+        FairModel {
+            budgets: &[0, 2, 2],
+            ..small()
+        },
+        FairModel {
+            timeouts: 1,
+            ..small()
+        },
+        FairModel {
+            crashes: 1,
+            ..small()
+        },
+    ];
+    for model in configurations {
+        let run = Run::check(model, &[]);
+        run.assert_holds(MUTUAL_EXCLUSION);
+        run.assert_holds(NO_OVERTAKING);
+    }
+}
+
+#[test]
+#[ignore = "a tool: B, V, CRASH, TIMEOUTS, LOST, LAPSE, FORGET, DEPTH pick the configuration"]
+fn explore() {
+    let budgets: &'static [u8] = match std::env::var("B").ok().as_deref() {
+        Some("a") => &[0, 2, 2],
+        Some("b") => &[0, 3, 2],
+        Some("c") => &[0, 1, 1],
+        Some("d") => &[0, 2, 2, 0],
+        Some("e") => &[0, 1, 2],
+        _ => &[0, 2, 1],
+    };
+    let flag = |name: &str| std::env::var(name).is_ok();
+    let model = FairModel {
+        variant: match std::env::var("V").ok().as_deref() {
+            Some("offer") => Variant::OfferAsIs,
+            Some("down") => Variant::AlignDown,
+            Some("downfwd") => Variant::AlignDownMovingForward,
+            Some("trust") => Variant::TrustEveryGrant,
+            _ => Variant::Implemented,
+        },
+        holder: true,
+        budgets,
+        crashes: u8::from(flag("CRASH")),
+        timeouts: std::env::var("TIMEOUTS")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(1),
+        lost_replies: flag("LOST"),
+        lapses: flag("LAPSE"),
+        forget_counters: flag("FORGET"),
+        progress: false,
+    };
+    let run = Run::check(model, &[MUTUAL_EXCLUSION, NO_OVERTAKING]);
+    for p in [MUTUAL_EXCLUSION, NO_OVERTAKING] {
+        if run.discoveries.contains_key(p) {
+            run.counterexample(p);
+        }
+    }
+    let _ = PROGRESS;
+}
