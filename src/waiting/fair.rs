@@ -29,7 +29,11 @@
 //!   nodes that hand or grant it to C, so at least one node of `QA`, where the live A is ahead. So C
 //!   cannot hold before A has held, as long as A renews its entries (a live waiter does, every third
 //!   of the expiry) and nodes keep their data. A waiter that is in line on a minority only has no
-//!   such claim: it was never in line for a quorum.
+//!   such claim: it was never in line for a quorum. Nor has, fully, a waiter that missed a node's
+//!   reply: that node may have given it a higher ticket (others took the lower ones there first),
+//!   and once the waiter hears of it, it moves back to it everywhere, possibly behind a waiter
+//!   that joined after it. `tests/model_fair.rs` checks order and exclusion in small
+//!   configurations.
 //! - *Progress.* Once tickets agree, the first live waiter standing on a quorum is first in line
 //!   on every node where it stands, so every release there hands it the lock. A waiter that reaches
 //!   fewer than a quorum of nodes cannot be served and would hold others up where it was handed the
