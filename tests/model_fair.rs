@@ -34,73 +34,36 @@ mod protocol;
 #[path = "model_fair/story.rs"]
 mod story;
 
-use std::collections::{BTreeSet, HashMap};
-use std::time::Instant;
+#[path = "support/model_check.rs"]
+mod model_check;
 
-use stateright::{Checker, HasDiscoveries, Model, Path};
+use protocol::{FairModel, MUTUAL_EXCLUSION, NO_OVERTAKING, PROGRESS, State, Variant};
 
-use protocol::{Action, FairModel, MUTUAL_EXCLUSION, NO_OVERTAKING, PROGRESS, State, Variant};
+type Run = model_check::Run<FairModel>;
 
-/// The outcome of one run of the checker.
-struct Run {
-    model: FairModel,
-    unique_states: usize,
-    complete: bool,
-    discoveries: HashMap<&'static str, Path<State, Action>>,
+/// Checks `model` (see [`Run::check`](model_check::Run::check)).
+fn check(model: FairModel, stop_at: &[&'static str]) -> Run {
+    let label = format!("{model:?}");
+    Run::check(model, stop_at, &label)
 }
 
 impl Run {
-    /// Breadth-first over every reachable state, or until a discovery for one of `stop_at`.
-    fn check(model: FairModel, stop_at: &[&'static str]) -> Run {
-        let start = Instant::now();
-        let mut builder = model.clone().checker();
-        if let Some(depth) = std::env::var("DEPTH").ok().and_then(|d| d.parse().ok()) {
-            builder = builder.target_max_depth(depth);
-        }
-        if stop_at.is_empty() {
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            builder = builder.threads(threads);
-        } else {
-            let names: BTreeSet<&'static str> = stop_at.iter().copied().collect();
-            builder = builder.finish_when(HasDiscoveries::AnyOf(names));
-        }
-        let checker = builder.spawn_bfs().join();
-        let run = Run {
-            model,
-            unique_states: checker.unique_state_count(),
-            complete: checker.is_done() && stop_at.is_empty(),
-            discoveries: checker.discoveries(),
-        };
-        println!(
-            "{:?}: {} states ({} generated), depth {}, {}, {:.1?}, found {:?}",
-            run.model,
-            run.unique_states,
-            checker.state_count(),
-            checker.max_depth(),
-            if run.complete {
-                "complete"
-            } else {
-                "stopped at the first counterexample"
-            },
-            start.elapsed(),
-            run.discoveries.keys().collect::<Vec<_>>(),
-        );
-        run
-    }
-
     fn counterexample(&self, property: &'static str) -> (State, String) {
-        let path = self
-            .discoveries
-            .get(property)
-            .unwrap_or_else(|| panic!("the checker should find a counterexample to {property:?}"));
+        let path = self.path_to(property);
         let last = path.last_state().clone();
-        let story = story::tell(&self.model, path.clone());
+        let story = story::tell(&self.model, path);
         println!(
             "counterexample to {property:?} ({:?}): {}\n{story}",
             self.model.variant,
             story::outcome(&last)
         );
         (last, story)
+    }
+
+    fn assert_holds(&self, property: &'static str) {
+        self.assert_never_broken(property, |run| {
+            run.counterexample(property);
+        });
     }
 }
 
@@ -119,19 +82,9 @@ fn small() -> FairModel {
     }
 }
 
-impl Run {
-    fn assert_holds(&self, property: &'static str) {
-        assert!(self.complete, "the check must cover every reachable state");
-        if self.discoveries.contains_key(property) {
-            self.counterexample(property);
-            panic!("{:?} breaks {property:?}", self.model);
-        }
-    }
-}
-
 #[test]
 fn exclusion_and_order_hold_in_a_small_configuration() {
-    let run = Run::check(small(), &[]);
+    let run = check(small(), &[]);
     assert!(
         run.unique_states > 10_000,
         "suspiciously few states: {}",
@@ -150,7 +103,7 @@ fn a_node_that_gives_the_offered_ticket_as_it_is_lets_a_later_joiner_overtake() 
         budgets: &[0, 2, 2],
         ..small()
     };
-    let run = Run::check(model, &[NO_OVERTAKING]);
+    let run = check(model, &[NO_OVERTAKING]);
     let (last, story) = run.counterexample(NO_OVERTAKING);
     assert!(!last.overtakes.is_empty(), "{story}");
 }
@@ -177,7 +130,7 @@ fn exclusion_and_order_hold_in_larger_configurations() {
         },
     ];
     for model in configurations {
-        let run = Run::check(model, &[]);
+        let run = check(model, &[]);
         run.assert_holds(MUTUAL_EXCLUSION);
         run.assert_holds(NO_OVERTAKING);
     }
@@ -215,13 +168,12 @@ fn explore() {
         forget_counters: flag("FORGET"),
         progress: false,
     };
-    let run = Run::check(model, &[MUTUAL_EXCLUSION, NO_OVERTAKING]);
+    let run = check(model, &[MUTUAL_EXCLUSION, NO_OVERTAKING]);
     for p in [MUTUAL_EXCLUSION, NO_OVERTAKING] {
         if run.discoveries.contains_key(p) {
             run.counterexample(p);
         }
     }
-    let _ = PROGRESS;
 }
 
 /// Without faults, every waiter is served and unlocks, whatever the order of the steps: no state
@@ -234,7 +186,7 @@ fn every_waiter_is_served_when_nobody_fails() {
         progress: true,
         ..small()
     };
-    let run = Run::check(model, &[]);
+    let run = check(model, &[]);
     run.assert_holds(PROGRESS);
     run.assert_holds(MUTUAL_EXCLUSION);
     run.assert_holds(NO_OVERTAKING);

@@ -103,14 +103,11 @@ mod protocol;
 #[path = "model_fencing/story.rs"]
 mod story;
 
-use std::collections::{BTreeSet, HashMap};
-use std::time::Instant;
-
-use stateright::{Checker, HasDiscoveries, Model, Path};
+#[path = "support/model_check.rs"]
+mod model_check;
 
 use protocol::{
-    Action, FencingModel, HANDOUT_ORDER, INTACT_HANDOUT_ORDER, REAL_TIME_ORDER, Scheme, State,
-    UNIQUE,
+    FencingModel, HANDOUT_ORDER, INTACT_HANDOUT_ORDER, REAL_TIME_ORDER, Scheme, State, UNIQUE,
 };
 
 /// Attempts per client in `cargo test`: A twice, B once. Three attempts are the fewest in which the
@@ -118,59 +115,24 @@ use protocol::{
 /// build; two clients with two attempts each take minutes there (see the ignored test).
 const ATTEMPTS: &[u8] = &[2, 1];
 
-/// The outcome of one run of the checker.
-struct Run {
-    model: FencingModel,
-    unique_states: usize,
-    /// Every reachable state was visited (the run did not stop at a discovery).
-    complete: bool,
-    discoveries: HashMap<&'static str, Path<State, Action>>,
+type Run = model_check::Run<FencingModel>;
+
+/// Checks `scheme` with `attempts` per client (see [`Run::check`](model_check::Run::check)).
+fn check(scheme: Scheme, attempts: &'static [u8], stop_at: &[&'static str]) -> Run {
+    let model = FencingModel { scheme, attempts };
+    Run::check(
+        model,
+        stop_at,
+        &format!("{scheme:?}, attempts {attempts:?}"),
+    )
 }
 
 impl Run {
-    /// Breadth-first over every reachable state, or until a discovery for one of `stop_at`.
-    fn check(scheme: Scheme, attempts: &'static [u8], stop_at: &[&'static str]) -> Run {
-        let model = FencingModel { scheme, attempts };
-        let start = Instant::now();
-        let mut builder = model.clone().checker();
-        if stop_at.is_empty() {
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            builder = builder.threads(threads);
-        } else {
-            // One thread: the first counterexample is then a shortest one, and always the same.
-            let names: BTreeSet<&'static str> = stop_at.iter().copied().collect();
-            builder = builder.finish_when(HasDiscoveries::AnyOf(names));
-        }
-        let checker = builder.spawn_bfs().join();
-        let run = Run {
-            model,
-            unique_states: checker.unique_state_count(),
-            complete: checker.is_done() && stop_at.is_empty(),
-            discoveries: checker.discoveries(),
-        };
-        println!(
-            "{scheme:?}, attempts {attempts:?}: {} states ({} generated), depth {}, {}, {:.1?}",
-            run.unique_states,
-            checker.state_count(),
-            checker.max_depth(),
-            if run.complete {
-                "complete"
-            } else {
-                "stopped at the first counterexample"
-            },
-            start.elapsed(),
-        );
-        run
-    }
-
     /// The checker's counterexample for `property`, told step by step (and printed).
     fn counterexample(&self, property: &'static str) -> (State, String) {
-        let path = self
-            .discoveries
-            .get(property)
-            .unwrap_or_else(|| panic!("the checker should find a counterexample to {property:?}"));
+        let path = self.path_to(property);
         let last = path.last_state().clone();
-        let story = story::tell(&self.model, path.clone());
+        let story = story::tell(&self.model, path);
         println!(
             "counterexample to {property:?} ({:?}): {}\n{story}",
             self.model.scheme,
@@ -180,17 +142,15 @@ impl Run {
     }
 
     fn assert_holds(&self, property: &'static str) {
-        assert!(self.complete, "the check must cover every reachable state");
-        if self.discoveries.contains_key(property) {
-            self.counterexample(property);
-            panic!("{:?} breaks {property:?}", self.model.scheme);
-        }
+        self.assert_never_broken(property, |run| {
+            run.counterexample(property);
+        });
     }
 }
 
 #[test]
 fn fencing_tokens_strictly_increase() {
-    let run = Run::check(Scheme::Fenced, ATTEMPTS, &[]);
+    let run = check(Scheme::Fenced, ATTEMPTS, &[]);
     assert!(run.complete);
     assert!(
         run.unique_states > 100_000,
@@ -204,7 +164,7 @@ fn fencing_tokens_strictly_increase() {
 
 #[test]
 fn naive_max_of_quorum_is_caught() {
-    let run = Run::check(Scheme::NaiveMaxOfQuorum, ATTEMPTS, &[REAL_TIME_ORDER]);
+    let run = check(Scheme::NaiveMaxOfQuorum, ATTEMPTS, &[REAL_TIME_ORDER]);
     let (last, story) = run.counterexample(REAL_TIME_ORDER);
     // A holder that began after an earlier hand-out and still got a token no larger.
     let h = &last.handouts;
@@ -221,7 +181,7 @@ fn naive_max_of_quorum_is_caught() {
 #[test]
 fn a_smaller_token_is_handed_out_late_only_to_a_stale_holder() {
     // Property (a) read literally fails even for the designed protocol (see the module doc) ...
-    let run = Run::check(Scheme::Fenced, &[1, 1], &[HANDOUT_ORDER]);
+    let run = check(Scheme::Fenced, &[1, 1], &[HANDOUT_ORDER]);
     let (last, story) = run.counterexample(HANDOUT_ORDER);
     let late = last.handouts.last().expect("two hand-outs");
     assert!(
@@ -237,7 +197,7 @@ fn a_smaller_token_is_handed_out_late_only_to_a_stale_holder() {
 
 #[test]
 fn raise_beyond_the_counted_quorum_duplicates_tokens() {
-    let run = Run::check(Scheme::FencedRaiseOnAll, &[1, 1], &[]);
+    let run = check(Scheme::FencedRaiseOnAll, &[1, 1], &[]);
     run.counterexample(UNIQUE);
     run.counterexample(INTACT_HANDOUT_ORDER);
     run.assert_holds(REAL_TIME_ORDER);
@@ -245,7 +205,7 @@ fn raise_beyond_the_counted_quorum_duplicates_tokens() {
 
 #[test]
 fn raise_without_lock_check_duplicates_tokens() {
-    let run = Run::check(Scheme::FencedUncheckedRaise, &[1, 1], &[]);
+    let run = check(Scheme::FencedUncheckedRaise, &[1, 1], &[]);
     run.counterexample(UNIQUE);
     run.counterexample(INTACT_HANDOUT_ORDER);
     run.assert_holds(REAL_TIME_ORDER);
@@ -255,7 +215,7 @@ fn raise_without_lock_check_duplicates_tokens() {
 #[ignore = "minutes: cargo test --release --test model_fencing -- --ignored"]
 fn fencing_tokens_strictly_increase_in_larger_configurations() {
     for attempts in [&[2, 2][..], &[1, 1, 1]] {
-        let run = Run::check(Scheme::Fenced, attempts, &[]);
+        let run = check(Scheme::Fenced, attempts, &[]);
         run.assert_holds(REAL_TIME_ORDER);
         run.assert_holds(UNIQUE);
         run.assert_holds(INTACT_HANDOUT_ORDER);

@@ -74,77 +74,37 @@ mod protocol;
 #[path = "model_semaphore/story.rs"]
 mod story;
 
-use std::collections::{BTreeSet, HashMap};
-use std::time::Instant;
+#[path = "support/model_check.rs"]
+mod model_check;
 
-use stateright::{Checker, HasDiscoveries, Model, Path};
-
-use protocol::{ALL_P_HELD, AT_MOST_P, Action, Clients, Quorum, SemaphoreModel, State};
+use protocol::{ALL_P_HELD, AT_MOST_P, Clients, Quorum, SemaphoreModel, State};
 
 /// Attempts per client in `cargo test` over 3 nodes: three each (failed attempts count).
 const ATTEMPTS: &[u8] = &[3, 3, 3];
 
-/// The outcome of one run of the checker.
-struct Run {
-    model: SemaphoreModel,
-    unique_states: usize,
-    /// Every reachable state was visited (the run did not stop at a discovery).
-    complete: bool,
-    discoveries: HashMap<&'static str, Path<State, Action>>,
+type Run = model_check::Run<SemaphoreModel>;
+
+/// Checks `model` (see [`Run::check`](model_check::Run::check)).
+fn check(model: SemaphoreModel, stop_at: &[&'static str]) -> Run {
+    let label = format!(
+        "{} nodes, {} permits, quorum {:?} ({} nodes), clients {:?}, attempts {:?}",
+        model.nodes,
+        model.permits,
+        model.quorum,
+        model.needed(),
+        model.clients,
+        model.attempts,
+    );
+    Run::check(model, stop_at, &label)
 }
 
 impl Run {
-    /// Breadth-first over every reachable state, or until a discovery for one of `stop_at`.
-    fn check(model: SemaphoreModel, stop_at: &[&'static str]) -> Run {
-        let start = Instant::now();
-        let mut builder = model.clone().checker();
-        if stop_at.is_empty() {
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            builder = builder.threads(threads);
-        } else {
-            // One thread: the first counterexample is then a shortest one, and always the same.
-            let names: BTreeSet<&'static str> = stop_at.iter().copied().collect();
-            builder = builder.finish_when(HasDiscoveries::AnyOf(names));
-        }
-        let checker = builder.spawn_bfs().join();
-        let run = Run {
-            model,
-            unique_states: checker.unique_state_count(),
-            complete: checker.is_done() && stop_at.is_empty(),
-            discoveries: checker.discoveries(),
-        };
-        let m = &run.model;
-        println!(
-            "{} nodes, {} permits, quorum {:?} ({} nodes), clients {:?}, attempts {:?}: \
-             {} states ({} generated), depth {}, {}, {:.1?}",
-            m.nodes,
-            m.permits,
-            m.quorum,
-            m.needed(),
-            m.clients,
-            m.attempts,
-            run.unique_states,
-            checker.state_count(),
-            checker.max_depth(),
-            if run.complete {
-                "complete"
-            } else {
-                "stopped at the first counterexample"
-            },
-            start.elapsed(),
-        );
-        run
-    }
-
     /// The checker's path to `property` (a counterexample, or an example), told step by step
     /// (and printed).
     fn path(&self, property: &'static str) -> (State, String) {
-        let path = self
-            .discoveries
-            .get(property)
-            .unwrap_or_else(|| panic!("the checker should find a path to {property:?}"));
+        let path = self.path_to(property);
         let last = path.last_state().clone();
-        let story = story::tell(&self.model, path.clone());
+        let story = story::tell(&self.model, path);
         println!(
             "path to {property:?} ({:?} quorum, {:?} clients):\n{story}",
             self.model.quorum, self.model.clients
@@ -153,11 +113,9 @@ impl Run {
     }
 
     fn assert_holds(&self, property: &'static str) {
-        assert!(self.complete, "the check must cover every reachable state");
-        if self.discoveries.contains_key(property) {
-            self.path(property);
-            panic!("{:?} breaks {property:?}", self.model);
-        }
+        self.assert_never_broken(property, |run| {
+            run.path(property);
+        });
     }
 }
 
@@ -179,7 +137,7 @@ fn model(
 
 #[test]
 fn at_most_p_hold_with_the_rules_quorum() {
-    let run = Run::check(model(3, Quorum::Rule, Clients::Honest, ATTEMPTS), &[]);
+    let run = check(model(3, Quorum::Rule, Clients::Honest, ATTEMPTS), &[]);
     assert_eq!(run.model.needed(), 3);
     assert!(
         run.unique_states > 1_000,
@@ -194,7 +152,7 @@ fn at_most_p_hold_with_the_rules_quorum() {
 
 #[test]
 fn a_majority_quorum_lets_three_hold_two_permits() {
-    let run = Run::check(
+    let run = check(
         model(3, Quorum::Majority, Clients::Honest, &[1, 1, 1]),
         &[AT_MOST_P],
     );
@@ -206,7 +164,7 @@ fn a_majority_quorum_lets_three_hold_two_permits() {
 
 #[test]
 fn holding_past_an_expiry_breaks_even_the_rules_quorum() {
-    let run = Run::check(
+    let run = check(
         model(3, Quorum::Rule, Clients::PastExpiry, &[1, 1, 1]),
         &[AT_MOST_P],
     );
@@ -218,12 +176,12 @@ fn holding_past_an_expiry_breaks_even_the_rules_quorum() {
 #[test]
 fn five_nodes_at_most_p_with_the_rule_and_not_with_a_majority() {
     // 4 of 5: a holder need not be on every node, so holders' quorums differ.
-    let run = Run::check(model(5, Quorum::Rule, Clients::Honest, &[1, 1, 1]), &[]);
+    let run = check(model(5, Quorum::Rule, Clients::Honest, &[1, 1, 1]), &[]);
     assert_eq!(run.model.needed(), 4);
     run.assert_holds(AT_MOST_P);
     run.path(ALL_P_HELD);
 
-    let run = Run::check(
+    let run = check(
         model(5, Quorum::Majority, Clients::Honest, &[1, 1, 1]),
         &[AT_MOST_P],
     );
@@ -248,7 +206,7 @@ fn at_most_p_hold_in_larger_configurations() {
             clients: Clients::Honest,
             attempts,
         };
-        let run = Run::check(model, &[]);
+        let run = check(model, &[]);
         run.assert_holds(AT_MOST_P);
         run.path(ALL_P_HELD);
     }
