@@ -4,11 +4,10 @@
 
 mod support;
 
-use std::io;
-use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, KeepAliveEnd, Mutex, NodeErrorKind, Redlock};
+use support::capture::Capture;
 use support::holders;
 use testenv::Cluster;
 
@@ -289,24 +288,6 @@ async fn without_the_channel_the_release_names_it() {
     }
 }
 
-/// Collects everything a tracing subscriber writes.
-#[derive(Clone, Default)]
-struct Capture(Arc<StdMutex<Vec<u8>>>);
-
-impl io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_wrong_password_shows_nowhere() {
     let (cluster, _) = cluster_with(&readme_rule()).await;
@@ -348,7 +329,7 @@ async fn a_wrong_password_shows_nowhere() {
     ] {
         assert!(!text.contains(wrong), "{text}");
     }
-    let traces = String::from_utf8_lossy(&capture.0.lock().expect("not poisoned")).into_owned();
+    let traces = capture.text();
     assert!(traces.contains("node connection failed"), "{traces}");
     assert!(!traces.contains(wrong), "{traces}");
 }

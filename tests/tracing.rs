@@ -3,37 +3,12 @@
 
 mod support;
 
-use std::io;
-use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use redmutex::Redlock;
+use support::capture::Capture;
 use testenv::Cluster;
 use tracing::Level;
-
-/// Collects everything the subscriber writes.
-#[derive(Clone, Default)]
-struct Capture(Arc<StdMutex<Vec<u8>>>);
-
-impl io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("not poisoned")).into_owned()
-    }
-}
 
 #[tokio::test]
 async fn operations_are_traced_without_secrets() {

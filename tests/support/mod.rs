@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod capture;
 pub mod history;
 
 use std::time::Duration;
