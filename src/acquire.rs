@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use crate::error::Error;
+use crate::error::{Error, NodeErrorKind};
 use crate::fanout;
 use crate::lock::{Lock, deadline};
 use crate::mutex::Mutex;
@@ -53,7 +53,7 @@ pub(crate) async fn acquire(
         let started = Instant::now();
         let last = waiting.is_last(attempt, tries);
         let op = waiting.attempt_starts(started, &guard.value);
-        let keeps = |tally: &Tally| waiting.replies(tally, started, last);
+        let keeps = |tally: &Tally| waiting.replies(tally, started, last, op);
         let outcome = attempt_once(mutex, plan, op, &guard.value, started, keeps).await;
         waiting.attempt_ended(outcome.is_ok());
         match &outcome {
@@ -136,8 +136,14 @@ async fn attempt_once(
     // Filled only for fenced requests (see `Tally::track_nodes`).
     let counted = std::mem::take(&mut tally.ours_nodes);
     // Every node answered that another owner holds the name: the attempt set nothing anywhere.
-    // (A fair round that failed set our place in line wherever it was answered.)
-    let set_nothing = !round && tally.foreign.len() == nodes.len();
+    // (A fair round that failed set our place in line wherever it was answered, and a fair entry
+    // that found a line took the key there.)
+    let set_nothing = !round
+        && tally.failures.len() == nodes.len()
+        && tally
+            .failures
+            .iter()
+            .all(|f| matches!(f.kind, NodeErrorKind::Taken));
     let judged = tally.judge_acquire(left);
     // Fail-fast leaves the calls still in flight running after success: the key lands on more
     // nodes (a bare quorum turns one node loss into two holders). After failure they are dropped,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::Either;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisResult, Value};
 
 use crate::reconnect::Reconnecting;
 use crate::scripts::ALL;
@@ -98,6 +98,27 @@ impl NodeConnection {
             Connection::Own(c) => Either::Left(c.send(cmd)),
             Connection::Manager(c) => Either::Right(Either::Left(c.send_packed_command(cmd))),
             Connection::Multiplexed(c) => Either::Right(Either::Right(c.send_packed_command(cmd))),
+        };
+        sent.map(|reply| reply.map(name_script_command))
+    }
+
+    /// Sends a pipeline in one write; its replies come as one array, in order. Not an `async fn`,
+    /// for the reason given at [`send`](Self::send).
+    pub(crate) fn send_pipeline<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+    ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
+        let count = pipeline.len();
+        let sent = match &mut self.0 {
+            Connection::Own(c) => Either::Left(c.send_pipeline(pipeline)),
+            Connection::Manager(c) => Either::Right(Either::Left(
+                c.send_packed_commands(pipeline, 0, count)
+                    .map(|replies| replies.map(Value::Array)),
+            )),
+            Connection::Multiplexed(c) => Either::Right(Either::Right(
+                c.send_packed_commands(pipeline, 0, count)
+                    .map(|replies| replies.map(Value::Array)),
+            )),
         };
         sent.map(|reply| reply.map(name_script_command))
     }

@@ -187,6 +187,11 @@ pub enum NodeErrorKind {
         /// The waiter's ticket on this node: the line is served in the order of tickets.
         ticket: u64,
     },
+    /// Fair waiting: the lock was free on this node, but waiters stand in line there, so a
+    /// newcomer leaves it to them (and joins the line). Counts as [`Taken`](Self::Taken) towards
+    /// [`Error::Taken`].
+    #[error("free, but waiters stand in line")]
+    LineAhead,
 }
 
 impl NodeErrorKind {

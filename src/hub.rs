@@ -247,6 +247,12 @@ impl Hub {
         }
     }
 
+    /// Whether a call of this client waited for `name` lately (the name is still subscribed:
+    /// somebody waits, or waited less than [`LINGER`] ago).
+    pub(crate) fn knows(&self, name: &str) -> bool {
+        self.state().names.contains_key(name)
+    }
+
     /// Whether some `lock()` call of this client waits in line for `name` (fair waiters aside).
     pub(crate) fn has_waiters(&self, name: &str) -> bool {
         self.state()

@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, Value};
+use futures::future::Either;
+use redis::{Cmd, Pipeline, Value};
 
 use crate::connection::NodeConnection;
 use crate::error::NodeErrorKind;
@@ -46,6 +47,9 @@ pub(crate) enum Op {
     /// A fair waiter's round: take the lock if it is our turn, else join the line with this
     /// ticket, or renew our place in it.
     Round { ticket: u64 },
+    /// A fair mutex's first try while its client saw no contention on the name: a plain `SET NX`,
+    /// and whether anybody stands in line there (see `waiting::fair`).
+    Enter,
 }
 
 /// How a script travels to the nodes.
@@ -59,11 +63,18 @@ pub(crate) enum Delivery {
     Inline,
 }
 
-/// One command, built once and sent to every node.
+/// What a request sends to a node.
+enum Message {
+    One(Cmd),
+    /// Commands sent in one write, answered in order (see `Target::entry`).
+    Pipeline(Pipeline),
+}
+
+/// One command (or pipeline), built once and sent to every node.
 pub(crate) struct Request {
     op: Op,
     delivery: Delivery,
-    cmd: Cmd,
+    message: Message,
     target: Arc<Target>,
     value: Arc<str>,
     millis: u64,
@@ -81,11 +92,14 @@ impl Request {
         millis: u64,
         delivery: Delivery,
     ) -> Self {
-        let cmd = target.command(op, delivery, value, millis);
+        let message = match target.entry(op, value, millis) {
+            Some(pipeline) => Message::Pipeline(pipeline),
+            None => Message::One(target.command(op, delivery, value, millis)),
+        };
         Request {
             op,
             delivery,
-            cmd,
+            message,
             target: Arc::clone(target),
             value: Arc::clone(value),
             millis,
@@ -106,7 +120,7 @@ impl Request {
     /// What the request does, for traces.
     pub(crate) fn op_name(&self) -> &'static str {
         match self.op {
-            Op::Acquire | Op::AcquireFenced | Op::Round { .. } => "acquire",
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => "acquire",
             Op::Extend => "extend",
             Op::Release { .. } => "release",
             Op::Raise(_) => "raise",
@@ -155,6 +169,20 @@ impl Request {
             (Op::Acquire | Op::AcquireFenced, Value::Int(counter)) if counter >= 0 => {
                 Ok(counter.unsigned_abs())
             }
+            (Op::Enter, Value::Array(reply)) => match reply.as_slice() {
+                [Value::Okay, Value::Int(0)] => Ok(0),
+                [Value::Okay, Value::Int(1)] => Err(NodeErrorKind::LineAhead),
+                [Value::Nil, Value::Int(_)] => Err(NodeErrorKind::Taken),
+                _ => match reply
+                    .iter()
+                    .find_map(|reply| reply.clone().extract_error().err())
+                {
+                    Some(error) => Err(NodeErrorKind::Redis(error)),
+                    None => Err(NodeErrorKind::UnexpectedReply(describe(&Value::Array(
+                        reply,
+                    )))),
+                },
+            },
             (Op::Round { .. }, Value::Array(reply)) if reply.len() == 2 => {
                 match (&reply[0], &reply[1]) {
                     (Value::Int(1), _) => Ok(0),
@@ -222,7 +250,11 @@ pub(crate) async fn call(
     request: impl Borrow<Request>,
 ) -> Result<u64, NodeErrorKind> {
     let (connection, request) = (connection.borrow_mut(), request.borrow());
-    let reply = match connection.send(&request.cmd).await {
+    let sent = match &request.message {
+        Message::One(cmd) => Either::Left(connection.send(cmd)),
+        Message::Pipeline(pipeline) => Either::Right(connection.send_pipeline(pipeline)),
+    };
+    let reply = match sent.await {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
         Ok(Value::ServerError(error)) if error.code() == "NOSCRIPT" => match request.eval_cmd() {
             Some(eval) => connection.send(&eval).await,
@@ -297,6 +329,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_entry_is_ours_only_where_nobody_stands_in_line() {
+        let entry = request(Op::Enter);
+        let reply = |set: Value, line: i64| Value::Array(vec![set, Value::Int(line)]);
+        assert!(entry.interpret(reply(Value::Okay, 0)).is_ok());
+        assert!(matches!(
+            entry.interpret(reply(Value::Okay, 1)),
+            Err(NodeErrorKind::LineAhead)
+        ));
+        for line in [0, 1] {
+            assert!(matches!(
+                entry.interpret(reply(Value::Nil, line)),
+                Err(NodeErrorKind::Taken)
+            ));
+        }
+        let refused = redis::parse_redis_value(b"-NOPERM no permissions\r\n").unwrap();
+        match entry.interpret(Value::Array(vec![refused, Value::Int(0)])) {
+            Err(NodeErrorKind::Redis(error)) => assert_eq!(error.code(), Some("NOPERM")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            entry.interpret(Value::Okay),
+            Err(NodeErrorKind::UnexpectedReply(_))
+        ));
     }
 
     #[test]

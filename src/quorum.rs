@@ -110,8 +110,11 @@ impl Tally {
             Err(kind) => {
                 match kind {
                     // A fair round waits in line only where the lock is held or promised to a
-                    // waiter ahead: taken, as far as this attempt goes.
-                    NodeErrorKind::Taken | NodeErrorKind::InLine { .. } => self.foreign.push(node),
+                    // waiter ahead, and a fair entry leaves a free lock to a line: taken, as far
+                    // as this attempt goes.
+                    NodeErrorKind::Taken
+                    | NodeErrorKind::InLine { .. }
+                    | NodeErrorKind::LineAhead => self.foreign.push(node),
                     NodeErrorKind::Missing => self.missing += 1,
                     _ => {}
                 }

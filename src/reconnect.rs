@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::{FutureExt, Shared, join_all};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
 use crate::scripts::ALL;
@@ -97,6 +97,12 @@ struct Live {
     health: Arc<Health>,
 }
 
+/// What a call sends: one command, or several pipelined.
+enum Packed<'a> {
+    One(&'a Cmd),
+    Pipeline(&'a Pipeline),
+}
+
 /// What a call gets to send on.
 enum Current {
     Ready(Live),
@@ -124,6 +130,15 @@ impl Reconnecting {
     /// (the attempt to connect goes on in its own task); dropping it after hands the command to
     /// the connection or not, as for a `MultiplexedConnection`.
     pub(crate) async fn send(self: &Arc<Self>, cmd: &Cmd) -> RedisResult<Value> {
+        self.sending(Packed::One(cmd)).await
+    }
+
+    /// Sends a pipeline, as [`send`](Self::send) sends one command; its replies come as an array.
+    pub(crate) async fn send_pipeline(self: &Arc<Self>, pipeline: &Pipeline) -> RedisResult<Value> {
+        self.sending(Packed::Pipeline(pipeline)).await
+    }
+
+    async fn sending(self: &Arc<Self>, packed: Packed<'_>) -> RedisResult<Value> {
         let mut live = match self.current() {
             Current::Ready(live) => live,
             Current::Pending(pending) => pending.await.unwrap_or_else(|_| Err(abandoned()))?,
@@ -132,7 +147,14 @@ impl Reconnecting {
         if live.health.sent(nanos_now) {
             self.probe(&live);
         }
-        let reply = live.connection.send_packed_command(cmd).await;
+        let reply = match packed {
+            Packed::One(cmd) => live.connection.send_packed_command(cmd).await,
+            Packed::Pipeline(pipeline) => live
+                .connection
+                .send_packed_commands(pipeline, 0, pipeline.len())
+                .await
+                .map(Value::Array),
+        };
         match &reply {
             Err(error) if error.is_unrecoverable_error() => self.lost(&live, error),
             _ => live.health.answered(),

@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::Cmd;
+use redis::{Cmd, Pipeline};
 
 use crate::error::Error;
 use crate::node::{Delivery, Op};
@@ -256,7 +256,7 @@ impl Target {
 
     /// Whether `op` is sent as a script (and so may need the EVAL fallback on NOSCRIPT).
     pub(crate) fn is_script(&self, op: Op) -> bool {
-        !matches!((self.kind, op), (Kind::Name, Op::Acquire))
+        !matches!((self.kind, op), (Kind::Name, Op::Acquire | Op::Enter))
     }
 
     /// The command of `op` for this target: SET, or a script sent by digest (EVALSHA) or in full
@@ -274,10 +274,25 @@ impl Target {
         }
     }
 
+    /// The pipeline of `op` where it is one: a fair mutex's plain first try, `SET NX` and then
+    /// `EXISTS` on the name's line (see `waiting::fair`). Run in this order, the `EXISTS` sees
+    /// every waiter that stood in line before the `SET`: entries leave a line only when their
+    /// waiter is served, leaves or dies.
+    pub(crate) fn entry(&self, op: Op, value: &str, millis: u64) -> Option<Pipeline> {
+        if op != Op::Enter || !self.has_line() {
+            return None;
+        }
+        let mut pipeline = Pipeline::with_capacity(2);
+        pipeline.add_command(self.name_command(Op::Acquire, Verb::EvalSha, value, millis));
+        pipeline.cmd("EXISTS").arg(format!("{}:line", self.first()));
+        Some(pipeline)
+    }
+
     fn name_command(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
         let name = self.first();
         match op {
-            Op::Acquire => {
+            // An entry outside a pipeline (never sent so) is the plain acquire.
+            Op::Acquire | Op::Enter => {
                 // Sized up front: growing the buffers arg by arg costs more than the rest.
                 let mut cmd = Cmd::with_capacity(6, 24 + name.len() + value.len());
                 cmd.arg("SET")
@@ -339,11 +354,11 @@ impl Target {
         // Fair rounds are only for a mutex over one name (`has_line`; settings asking for one
         // elsewhere are refused): a round here would be a plain acquire.
         let op = match op {
-            Op::Round { .. } => Op::Acquire,
+            Op::Round { .. } | Op::Enter => Op::Acquire,
             op => op,
         };
         let (script, fenced) = match op {
-            Op::Acquire | Op::Round { .. } => {
+            Op::Acquire | Op::Round { .. } | Op::Enter => {
                 (verb.script(NAMES_ACQUIRE, &DIGESTS.names_acquire), false)
             }
             Op::AcquireFenced => (verb.script(NAMES_ACQUIRE, &DIGESTS.names_acquire), true),
@@ -369,7 +384,7 @@ impl Target {
         }
         cmd.arg(value);
         match op {
-            Op::Acquire | Op::Round { .. } => cmd.arg(millis).arg(0),
+            Op::Acquire | Op::Round { .. } | Op::Enter => cmd.arg(millis).arg(0),
             Op::AcquireFenced => cmd.arg(millis).arg(1),
             Op::Extend => cmd.arg(millis),
             Op::Release { notify, .. } => cmd.arg(u8::from(notify)),
@@ -390,12 +405,12 @@ impl Target {
         let mut cmd = Cmd::with_capacity(9, 64 + 4 * name.len() + value.len());
         // As for several names, a fair round here would be a plain acquire.
         let op = match op {
-            Op::Round { .. } => Op::Acquire,
+            Op::Round { .. } | Op::Enter => Op::Acquire,
             op => op,
         };
         match op {
             // Readers never fence (`check` refuses it): their acquire answers 0 either way.
-            Op::Acquire | Op::AcquireFenced | Op::Round { .. } if read => {
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter if read => {
                 cmd.arg(verb.word())
                     .arg(verb.script(READ_ACQUIRE, &DIGESTS.read_acquire))
                     .arg(3)
@@ -405,7 +420,7 @@ impl Target {
                     .arg(value)
                     .arg(millis);
             }
-            Op::Acquire | Op::AcquireFenced | Op::Round { .. } => {
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => {
                 let fenced = op == Op::AcquireFenced;
                 cmd.arg(verb.word())
                     .arg(verb.script(WRITE_ACQUIRE, &DIGESTS.write_acquire))
@@ -450,7 +465,7 @@ impl Target {
     fn permits_command(&self, op: Op, verb: Verb, value: &str, millis: u64, permits: u32) -> Cmd {
         let name = self.first();
         match op {
-            Op::Acquire | Op::AcquireFenced | Op::Round { .. } => semaphore_cmd(
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => semaphore_cmd(
                 verb.script(SEMAPHORE_ACQUIRE, &DIGESTS.semaphore_acquire),
                 verb,
                 name,
@@ -588,6 +603,29 @@ mod tests {
         let target = Target::name("name".into());
         let cmd = target.command(Op::Acquire, Delivery::ByDigest, "value", 8000);
         assert_eq!(words(&cmd), ["SET", "name", "value", "NX", "PX", "8000"]);
+    }
+
+    #[test]
+    fn a_fair_entry_sets_then_looks_for_the_line() {
+        let target = Target::name("name".into());
+        let entry = target.entry(Op::Enter, "value", 8000).expect("a pipeline");
+        let commands: Vec<Vec<String>> = entry.cmd_iter().map(words).collect();
+        assert_eq!(
+            commands,
+            [
+                vec!["SET", "name", "value", "NX", "PX", "8000"],
+                vec!["EXISTS", "name:line"]
+            ]
+        );
+        assert!(!target.is_script(Op::Enter));
+        assert!(target.entry(Op::Acquire, "value", 8000).is_none());
+        // Only a mutex over one name has a line; elsewhere an entry is the plain acquire.
+        let multi = Target::multi(["a", "b"].map(Arc::from));
+        assert!(multi.entry(Op::Enter, "v", 8000).is_none());
+        assert_eq!(
+            words(&multi.command(Op::Enter, Delivery::ByDigest, "v", 8000)),
+            words(&multi.command(Op::Acquire, Delivery::ByDigest, "v", 8000))
+        );
     }
 
     #[test]

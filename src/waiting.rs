@@ -85,12 +85,13 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// The replies of an attempt, before they are judged; `last` if no attempt follows. Returns
+    /// The replies of an attempt that sent `op`, before they are judged; `last` if no attempt
+    /// follows. Returns
     /// whether what a failed attempt set stays (a fair waiter's place in line) rather than being
     /// released.
-    pub(crate) fn replies(&mut self, tally: &Tally, started: Instant, last: bool) -> bool {
+    pub(crate) fn replies(&mut self, tally: &Tally, started: Instant, last: bool, op: Op) -> bool {
         match self {
-            Waiting::Fair(fair) => fair.observe(tally, started, last),
+            Waiting::Fair(fair) => fair.observe(tally, started, last, op),
             _ => false,
         }
     }

@@ -171,6 +171,83 @@ async fn a_crashed_head_is_passed_over_once_its_place_expires() {
     drop(proxies);
 }
 
+/// A holder that vanishes leaves the key to expire while a waiter stands in line, and a newcomer
+/// whose client never waited for the name tries a plain `SET NX` first. The key is free, so the
+/// `SET` succeeds on every node; the `EXISTS` behind it finds the line, so the newcomer hands the
+/// key to the head and joins behind it, long before the head's own renewal would have found the
+/// key free.
+#[tokio::test]
+async fn a_newcomer_leaves_a_free_lock_to_the_line() {
+    let cluster = Cluster::start(3);
+    let name = "fair:newcomer";
+    let holder = client(&cluster).await;
+    let held = fair(&holder, name)
+        .with_expiry(Duration::from_millis(600))
+        .lock()
+        .await
+        .expect("free lock");
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    // The head renews its place every 2 s, well after the holder's key expired.
+    let head = fair(&client(&cluster).await, name).with_expiry(Duration::from_secs(6));
+    let head = serve(0, head, Duration::from_millis(20), &order, &history);
+    eventually("the head joined", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 1)
+    })
+    .await;
+    // The holder vanishes without a release.
+    std::mem::forget(held);
+    eventually("the holder's key expired", || {
+        present(&cluster, name).is_empty()
+    })
+    .await;
+    assert!(
+        order.lock().expect("not poisoned").is_empty(),
+        "nobody served yet"
+    );
+
+    let newcomer = client(&cluster).await;
+    let sets = cluster.node(0).calls("set");
+    let newcomer = serve(
+        1,
+        fair(&newcomer, name),
+        Duration::from_millis(20),
+        &order,
+        &history,
+    );
+    newcomer.await.expect("newcomer finished");
+    head.await.expect("head finished");
+    assert_eq!(*order.lock().expect("not poisoned"), [0, 1]);
+    history.assert_exclusive();
+    assert!(
+        cluster.node(0).calls("set") > sets,
+        "the newcomer's first try was a plain SET"
+    );
+    assert!(present(&cluster, name).is_empty());
+}
+
+/// While nobody waits, a fair lock costs what a plain one does on the nodes: `SET NX` (with an
+/// `EXISTS` in the same write) to lock, one script to unlock; no script to lock.
+#[tokio::test]
+async fn an_uncontended_fair_lock_sends_no_script_to_lock() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = fair(&redlock, "fair:uncontended");
+    let node = cluster.node(0);
+    for _ in 0..3 {
+        let (evalsha, sets, exists) = (
+            node.calls("evalsha"),
+            node.calls("set"),
+            node.calls("exists"),
+        );
+        let lock = mutex.lock().await.expect("free lock");
+        assert_eq!(node.calls("evalsha"), evalsha, "no script to lock");
+        assert_eq!(node.calls("set"), sets + 1);
+        assert_eq!(node.calls("exists"), exists + 1);
+        lock.unlock().await.expect("unlock");
+        assert_eq!(node.calls("evalsha"), evalsha + 1, "one script to unlock");
+    }
+}
+
 /// A hand-off published while the waiter's client is still subscribing to the name is lost:
 /// pub/sub keeps nothing. So every fair waiter that joined while the subscription was on its way
 /// makes a round once it is in place, and finds the lock handed to it then; not only the call that

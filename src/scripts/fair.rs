@@ -69,9 +69,9 @@ end
 
 /// Where nobody stands in line on this node (no line key: an empty sorted set does not exist),
 /// nobody can be ahead of us, so the round is a plain mutex's acquire: `SET NX`, or renewing the
-/// key if it is already ours. This costs an uncontended `lock()` two commands on the node
-/// instead of the line's seven; the script below decides exactly the same in that case. A key
-/// held by another sends us to the line.
+/// key if it is already ours. This costs a round on a name that is free again two commands on
+/// the node instead of the line's seven; the script below decides exactly the same in that case.
+/// A key held by another sends us to the line.
 macro_rules! round_without_line {
     () => {
         r#"

@@ -16,6 +16,12 @@
 //! (by the SHA1 of its value). Only the head's client wakes, only the head's call in it; once a
 //! quorum of nodes handed it the lock, it holds the lock without sending anything.
 //!
+//! A call whose client saw nobody wait for the name lately (see `Hub::knows`) first tries a
+//! plain entry instead of a round: `SET NX` and, in the same write, `EXISTS` on the line (see
+//! `Target::entry`), which costs the nodes no script. A node counts for the entry only where the
+//! `SET` took the key and no line stood there; elsewhere the entry leaves what it took to the line
+//! (its release hands the key to the head) and the call joins the line with a round at once.
+//!
 //! # Why it is safe, and fair
 //! - *Mutual exclusion* is the mutex's: a node's key holds one value at a time, whoever set it, and
 //!   a holder needs a quorum of keys. A handed key lives until the head's entry would have expired:
@@ -40,8 +46,14 @@
 //!   lock: it gives back what it was handed and tries again later. A waiter that crashed stops
 //!   renewing; its entries expire after one expiry, and the line moves on.
 //!
-//! Waiting costs one round to join (the first attempt, which fails, is that round) and nothing to
-//! be served; a waiter renews its place every third of the expiry. A key that expires without a
+//! The entry cannot overtake a waiter W that stood on a quorum before it: on every node of W's
+//! quorum, W's entry was there before the `SET` and stays until W is served (then W holds the key
+//! there, and the `SET` fails) or stops renewing, so the `EXISTS` behind the `SET` sees it. The
+//! nodes where the entry counts are outside W's quorum: fewer than a quorum.
+//! `tests/fair.rs` (`a_newcomer_leaves_a_free_lock_to_the_line`) fails if the line is ignored.
+//!
+//! Waiting costs one round to join (the first attempt, which fails, is that round; after a plain
+//! entry, the round right after it) and nothing to be served; a waiter renews its place every third of the expiry. A key that expires without a
 //! release (its holder crashed) hands nothing: the head finds the lock free at its next round.
 
 use std::time::{Duration, Instant};
@@ -227,6 +239,11 @@ pub(crate) struct FairWait<'a> {
     gives_up_at: Instant,
     /// When the last round began: a renewal is due a third of the expiry later.
     last_round: Instant,
+    /// The first attempt is a plain entry (`Op::Enter`): this client saw nobody wait for the
+    /// name lately, so it is likely free with nobody in line. Cleared once sent.
+    enter: bool,
+    /// The last attempt was an entry that did not get the lock: a round at once joins the line.
+    entered: bool,
     /// Since when some nodes, but fewer than a quorum, gave us the key. A hand-off reaches every
     /// node within a node timeout; after that, a round passes keys we hold out of turn to the
     /// waiters ahead of us (see `scripts::fair::ROUND`), which ends a split.
@@ -253,6 +270,11 @@ impl<'a> FairWait<'a> {
             gives_up_at: now + budget,
             last_round: now,
             partial_since: None,
+            enter: mutex
+                .redlock()
+                .running_hub()
+                .is_none_or(|hub| !hub.knows(mutex.name_arc())),
+            entered: false,
         }
     }
 
@@ -267,10 +289,14 @@ impl<'a> FairWait<'a> {
         }
     }
 
-    /// The round's request: in line, our highest ticket (so every place carries it); joining, one
-    /// above every ticket this client heard of, which nodes take as it is unless others took it
-    /// meanwhile.
+    /// The attempt's request. First, while this client saw nobody wait for the name lately, a
+    /// plain entry. Then rounds: in line, our highest ticket (so every place carries it); joining,
+    /// one above every ticket this client heard of, which nodes take as it is unless others took
+    /// it meanwhile.
     pub(crate) fn op(&mut self) -> Op {
+        if std::mem::take(&mut self.enter) {
+            return Op::Enter;
+        }
         let ticket = match self.standing.ticket() {
             Some(ticket) => ticket,
             None => self.heard(0) + 1,
@@ -288,7 +314,13 @@ impl<'a> FairWait<'a> {
 
     /// Takes in a round's replies; whether what the round set stays (our places in line, and keys
     /// handed to us). On the last round nothing stays: the call leaves the line.
-    pub(crate) fn observe(&mut self, tally: &Tally, started: Instant, last: bool) -> bool {
+    pub(crate) fn observe(&mut self, tally: &Tally, started: Instant, last: bool, op: Op) -> bool {
+        if op == Op::Enter {
+            // An entry stands nowhere in line; a key it took where a line stands belongs to that
+            // line, so whatever it set is released before the round that joins.
+            self.entered = true;
+            return false;
+        }
         self.last_round = started;
         self.standing.round(started, &replies(tally));
         if let Some(ticket) = self.standing.ticket() {
@@ -310,6 +342,9 @@ impl<'a> FairWait<'a> {
 
     /// Waits until a round is due, or a quorum of nodes handed us the lock.
     pub(crate) async fn wait(&mut self) -> Resume {
+        if std::mem::take(&mut self.entered) {
+            return Resume::Attempt;
+        }
         match self.next {
             Next::Align => return Resume::Attempt,
             Next::Retreat => {
