@@ -147,13 +147,15 @@ const IN_SCRIPTS: [&str; 11] = [
 ///
 /// `sent` counts every command except the probe's own INFO and the commands scripts run
 /// ([`IN_SCRIPTS`]), so that a command a client sends is counted even if nobody thought of it
-/// here (SCRIPT LOAD, a reconnect's handshake, a health PING). SET is the one command both
-/// sides use: a plain mutex sends `SET NX PX` to take the lock, and no script of an unfenced
-/// plain mutex runs SET; a fair mutex never sends SET (its every attempt is a script), and its
-/// scripts run SET to hand the lock over and to raise the ticket counter. So SET counts as sent
-/// in the rows without fair waiting, and as run inside scripts in the fair rows. EXISTS likewise:
-/// a woken waiter of wake-on-release sends it (its look at one node), while fair waiters never
-/// send it and the fair scripts run it (whether anybody stands in line).
+/// here (SCRIPT LOAD, a reconnect's handshake, a health PING). SET and EXISTS are the commands
+/// both sides use. A plain mutex sends `SET NX PX` to take the lock, a woken waiter of
+/// wake-on-release sends EXISTS (its look at one node), and no script of an unfenced plain mutex
+/// runs either: in the rows without fair waiting both count as sent. A fair mutex sends both, as
+/// a pair, in a plain entry (its first try while its client saw nobody wait for the name), and
+/// its scripts run them too: every fair script (round or release) runs exactly one EXISTS, and
+/// SET to take or hand over the lock and to raise the ticket counter. So in the fair rows the
+/// entries are the EXISTS beyond one per script call (EVALSHA and EVAL), each with its SET, and
+/// the other SET and EXISTS calls ran inside scripts.
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
     /// Commands sent by clients.
@@ -171,18 +173,27 @@ impl Counts {
         waiting: Waiting,
     ) -> Counts {
         let mut counts = Counts::default();
-        for (name, &calls) in after {
-            let calls = calls.saturating_sub(before.get(name).copied().unwrap_or(0));
+        let delta = |name: &str| {
+            let after = after.get(name).copied().unwrap_or(0);
+            after.saturating_sub(before.get(name).copied().unwrap_or(0))
+        };
+        // Fair rows: the entries' SET + EXISTS pairs (see above).
+        let entries = match waiting {
+            Waiting::Fair => delta("exists").saturating_sub(delta("evalsha") + delta("eval")),
+            _ => 0,
+        };
+        for name in after.keys() {
+            let calls = delta(name);
             if name == "info" || calls == 0 {
                 continue;
             }
-            let inside = IN_SCRIPTS.contains(&name.as_str())
-                || (matches!(name.as_str(), "set" | "exists") && waiting == Waiting::Fair);
-            if inside {
-                counts.in_scripts += calls;
-            } else {
-                counts.sent += calls;
-            }
+            let inside = match name.as_str() {
+                "set" | "exists" if waiting == Waiting::Fair => calls.saturating_sub(entries),
+                name if IN_SCRIPTS.contains(&name) => calls,
+                _ => 0,
+            };
+            counts.in_scripts += inside;
+            counts.sent += calls - inside;
             counts.by_name.insert(name.clone(), calls);
         }
         counts
