@@ -6,16 +6,17 @@
 # pairs over one connection (redis-cli fed from a file); the difference divided by N is the cost
 # of one pair on the node: command parsing, script execution and replies, user space only
 # (the kernel's share of the socket I/O is not counted). The scripts are read from
-# src/scripts.rs, so this measures the code as it is.
+# src/scripts.rs and src/scripts/fair.rs, so this measures the code as it is.
 #
 # Usage: bash benches/node_instructions.sh [pairs]   (default 2000; about a minute)
-# Needs valgrind and redis-server (Debian's packages valgrind and redis-server).
+#        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only)
+# Needs valgrind, redis-server and python3 (Debian's packages valgrind, redis-server, python3).
 set -euo pipefail
 # Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
 export LC_ALL=C
 cd "$(dirname "$0")/.."
 pairs=${1:-2000}
-for tool in valgrind redis-server redis-cli callgrind_annotate; do
+for tool in valgrind redis-server redis-cli callgrind_annotate python3; do
     command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }
 done
 work=$(mktemp -d)
@@ -30,6 +31,19 @@ script() {
     ' src/scripts.rs
 }
 
+# The text of a script constant in src/scripts/fair.rs, which glues its scripts together from
+# shared pieces (`concat!` of `macro_rules!` bodies and raw strings).
+fair_script() {
+    python3 - "$1" <<'PY'
+import re, sys
+text = open("src/scripts/fair.rs").read()
+pieces = dict(re.findall(r'macro_rules! (\w+) \{\s*\(\) => \{\s*r#"(.*?)"#', text, re.S))
+body = re.search(r'pub\(crate\) const ' + sys.argv[1] + r': &str = concat!\((.*?)\n\);', text, re.S)
+parts = re.findall(r'(\w+)!\(\)|r#"(.*?)"#', body.group(1), re.S)
+sys.stdout.write("".join(pieces[macro] if macro else raw for macro, raw in parts))
+PY
+}
+
 # Redis protocol for one command (arguments as given), so that scripts travel verbatim.
 resp() {
     printf '*%d\r\n' "$#"
@@ -40,6 +54,12 @@ resp() {
 
 sha() { printf '%s' "$1" | sha1sum | cut -d' ' -f1; }
 release=$(script RELEASE)
+release_notify=$(script RELEASE_NOTIFY)
+fair_round=$(fair_script ROUND)
+fair_release=$(fair_script RELEASE)
+release_notify_sha=$(sha "$release_notify")
+fair_round_sha=$(sha "$fair_round")
+fair_release_sha=$(sha "$fair_release")
 names_acquire=$(script NAMES_ACQUIRE)
 names_release=$(script NAMES_RELEASE)
 read_acquire=$(script READ_ACQUIRE)
@@ -58,7 +78,7 @@ noop_sha=$(sha "$noop")
 commands() {
     local case=$1 count=$2 i v
     for script in "$release" "$names_acquire" "$names_release" "$read_acquire" "$read_release" \
-        "$write_acquire" "$noop"; do
+        "$write_acquire" "$noop" "$release_notify" "$fair_round" "$fair_release"; do
         resp SCRIPT LOAD "$script"
     done
     if [ "$case" = read-among-7 ]; then
@@ -74,6 +94,22 @@ commands() {
         mutex)
             resp SET n "$v" NX PX 8000
             resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        wake)
+            # Wake-up on release: the release publishes a notice.
+            resp SET n "$v" NX PX 8000
+            resp EVALSHA "$release_notify_sha" 1 n "$v"
+            ;;
+        fair-entry)
+            # A fair mutex while nobody waits: the plain entry, then the fair release.
+            resp SET n "$v" NX PX 8000
+            resp EXISTS n:line
+            resp EVALSHA "$fair_release_sha" 4 n n:line n:line:until n:ticket "$v"
+            ;;
+        fair-round)
+            # A fair round on a free name (its fast path), then the fair release.
+            resp EVALSHA "$fair_round_sha" 4 n n:line n:line:until n:ticket "$v" 8000 1
+            resp EVALSHA "$fair_release_sha" 4 n n:line n:line:until n:ticket "$v"
             ;;
         empty-scripts)
             # The fixed cost of running a script: two that do nothing, with a mutex's arguments.
@@ -123,7 +159,7 @@ instructions() {
 
 printf '%-14s %14s %10s\n' "case" "instr/pair" "x mutex"
 base=
-for case in mutex empty-scripts names-1 names-2 names-8 names-32 read read-among-7 write; do
+for case in ${NODE_CASES:-mutex empty-scripts wake fair-entry fair-round names-1 names-2 names-8 names-32 read read-among-7 write}; do
     once=$(instructions "$case" "$pairs")
     twice=$(instructions "$case" $((2 * pairs)))
     per=$(((twice - once) / pairs))

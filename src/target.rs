@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use redis::{Cmd, Pipeline};
@@ -31,6 +31,16 @@ pub(crate) struct Target {
     names: Box<[Arc<str>]>,
     /// The keys a read-write lock keeps beside its name, for its two sides.
     beside: Option<Beside>,
+    /// The fair line's keys beside a mutex's name, made on first use: every fair round and
+    /// release names them.
+    line: OnceLock<LineKeys>,
+}
+
+/// The keys of a name's fair line (see `scripts::fair`).
+struct LineKeys {
+    line: String,
+    until: String,
+    ticket: String,
 }
 
 /// The kinds of primitives.
@@ -88,6 +98,7 @@ impl Target {
             kind: Kind::Name,
             names: Box::new([name]),
             beside: None,
+            line: OnceLock::new(),
         }
     }
 
@@ -102,6 +113,7 @@ impl Target {
             kind: Kind::Names,
             names: unique.into_boxed_slice(),
             beside: None,
+            line: OnceLock::new(),
         }
     }
 
@@ -111,6 +123,7 @@ impl Target {
             kind: Kind::Permits { permits },
             names: Box::new([name]),
             beside: None,
+            line: OnceLock::new(),
         }
     }
 
@@ -144,6 +157,7 @@ impl Target {
             kind,
             names: Box::new([name]),
             beside: Some(beside),
+            line: OnceLock::new(),
         }
     }
 
@@ -284,8 +298,20 @@ impl Target {
         }
         let mut pipeline = Pipeline::with_capacity(2);
         pipeline.add_command(self.name_command(Op::Acquire, Verb::EvalSha, value, millis));
-        pipeline.cmd("EXISTS").arg(format!("{}:line", self.first()));
+        pipeline.cmd("EXISTS").arg(&self.line_keys().line);
         Some(pipeline)
+    }
+
+    /// The keys of the name's fair line.
+    fn line_keys(&self) -> &LineKeys {
+        self.line.get_or_init(|| {
+            let name = self.first();
+            LineKeys {
+                line: format!("{name}:line"),
+                until: format!("{name}:line:until"),
+                ticket: format!("{name}:ticket"),
+            }
+        })
     }
 
     fn name_command(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
@@ -314,12 +340,14 @@ impl Target {
                 verb.script(fair::RELEASE, &fair::DIGESTS.release),
                 verb,
                 name,
+                self.line_keys(),
                 &[value],
             ),
             Op::Round { ticket } => line_cmd(
                 verb.script(fair::ROUND, &fair::DIGESTS.round),
                 verb,
                 name,
+                self.line_keys(),
                 &[value, &millis.to_string(), &ticket.to_string()],
             ),
             Op::Release { notify: false, .. } => script_cmd(
@@ -540,18 +568,15 @@ fn script_cmd(script: &str, verb: Verb, name: &str, value: &str, millis: Option<
 }
 
 /// A script over the lock key and its fair line (see `scripts::fair`).
-fn line_cmd(script: &str, verb: Verb, name: &str, args: &[&str]) -> Cmd {
-    let line = format!("{name}:line");
-    let until = format!("{name}:line:until");
-    let ticket = format!("{name}:ticket");
+fn line_cmd(script: &str, verb: Verb, name: &str, keys: &LineKeys, args: &[&str]) -> Cmd {
     let mut cmd = Cmd::with_capacity(7 + args.len(), 64 + script.len() + 4 * name.len());
     cmd.arg(verb.word())
         .arg(script)
         .arg(4)
         .arg(name)
-        .arg(line)
-        .arg(until)
-        .arg(ticket);
+        .arg(&keys.line)
+        .arg(&keys.until)
+        .arg(&keys.ticket);
     for arg in args {
         cmd.arg(*arg);
     }

@@ -63,7 +63,7 @@ impl<'a> Waiting<'a> {
 
     /// Whether the attempt about to begin, number `attempt` (1-based) of at most `tries`, is the
     /// last one.
-    pub(crate) fn is_last(&self, attempt: u32, tries: u32) -> bool {
+    pub(crate) fn is_last(&mut self, attempt: u32, tries: u32) -> bool {
         match self {
             Waiting::Fair(fair) => fair.is_last(),
             _ => attempt >= tries,

@@ -236,7 +236,11 @@ pub(crate) struct FairWait<'a> {
     /// The fingerprint of the value of the current (or next) round: grant notices name us by it.
     fingerprint: String,
     /// When the call stops waiting: as long as a polling `lock()` would wait between its tries.
-    gives_up_at: Instant,
+    /// Drawn when first needed: a plain entry that gets the lock never needs it.
+    gives_up_at: Option<Instant>,
+    /// When the call began, and how many tries it has: what `gives_up_at` is drawn from.
+    began: Instant,
+    tries: u32,
     /// When the last round began: a renewal is due a third of the expiry later.
     last_round: Instant,
     /// The first attempt is a plain entry (`Op::Enter`): this client saw nobody wait for the
@@ -257,7 +261,6 @@ const RENEWALS_PER_EXPIRY: u32 = 3;
 impl<'a> FairWait<'a> {
     pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan, tries: u32) -> FairWait<'a> {
         let nodes = mutex.redlock().len();
-        let budget: Duration = (1..tries).map(|n| plan.retry_delay_after(n)).sum();
         let now = Instant::now();
         FairWait {
             mutex,
@@ -267,7 +270,9 @@ impl<'a> FairWait<'a> {
             turn: None,
             subscribing: None,
             fingerprint: String::new(),
-            gives_up_at: now + budget,
+            gives_up_at: None,
+            began: now,
+            tries,
             last_round: now,
             partial_since: None,
             enter: mutex
@@ -278,8 +283,12 @@ impl<'a> FairWait<'a> {
         }
     }
 
-    /// A round with `value` begins.
+    /// An attempt with `value` begins.
     pub(crate) fn attempt_starts(&mut self, value: &str) {
+        if self.enter {
+            // Grant notices name a waiter in line; an entry is in no line.
+            return;
+        }
         let fingerprint = fingerprint(value);
         if fingerprint != self.fingerprint {
             if let Some(turn) = &mut self.turn {
@@ -336,8 +345,20 @@ impl<'a> FairWait<'a> {
     }
 
     /// Whether the call must stop: its waiting time is up.
-    pub(crate) fn is_last(&self) -> bool {
-        Instant::now() >= self.gives_up_at
+    pub(crate) fn is_last(&mut self) -> bool {
+        if self.enter && self.tries > 1 {
+            return false;
+        }
+        Instant::now() >= self.gives_up_at()
+    }
+
+    /// When the call stops waiting, drawn on first use.
+    fn gives_up_at(&mut self) -> Instant {
+        let (plan, tries, began) = (self.plan, self.tries, self.began);
+        *self.gives_up_at.get_or_insert_with(|| {
+            let budget: Duration = (1..tries).map(|n| plan.retry_delay_after(n)).sum();
+            began + budget
+        })
     }
 
     /// Waits until a round is due, or a quorum of nodes handed us the lock.
@@ -362,7 +383,7 @@ impl<'a> FairWait<'a> {
             return Resume::Attempt;
         }
         let renewal = self.last_round + self.plan.expiry / RENEWALS_PER_EXPIRY;
-        let mut due = renewal.min(self.gives_up_at);
+        let mut due = renewal.min(self.gives_up_at());
         loop {
             if let Some(resume) = self.news() {
                 return resume;
