@@ -487,6 +487,11 @@ pub const MUTUAL_EXCLUSION: &str = "mutual exclusion";
 pub const NO_OVERTAKING: &str = "no overtaking";
 /// Property (progress checks): every client that did not crash eventually held and unlocked.
 pub const PROGRESS: &str = "progress";
+/// Property (progress checks): while a client that did not crash is not yet served, some step
+/// other than a crash can happen. No crash need ever come, so a state whose only ways on are
+/// crashes is one where a run may stop; the checker judges `PROGRESS` only where no step at all
+/// is left.
+pub const NOT_STUCK: &str = "not stuck";
 /// Example: a waiter holds by grant notices alone.
 pub const HANDED_OVER: &str = "a waiter holds by hand-offs";
 /// Example: a client holds after another one crashed while in line.
@@ -657,6 +662,7 @@ impl Model for FairModel {
         ];
         if self.progress {
             properties.push(Property::eventually(PROGRESS, everyone_served));
+            properties.push(Property::always(NOT_STUCK, not_stuck));
         }
         properties
     }
@@ -690,6 +696,12 @@ fn everyone_served(_: &FairModel, s: &State) -> bool {
     s.clients
         .iter()
         .all(|c| matches!(c.phase, Phase::Done | Phase::Crashed))
+}
+
+fn not_stuck(model: &FairModel, s: &State) -> bool {
+    let mut actions = Vec::new();
+    model.actions(s, &mut actions);
+    everyone_served(model, s) || actions.iter().any(|a| !matches!(a, Action::Crash(_)))
 }
 
 fn release_everywhere(s: &mut State, value: Value) {
