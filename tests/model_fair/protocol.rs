@@ -32,6 +32,24 @@ pub enum Variant {
     /// A grant notice counts as a hand-off whatever the waiter knows of that node (the code counts
     /// it at once only where a round put the waiter in line).
     TrustEveryGrant,
+    /// A waiter in line sends no renewal round: it waits for grant notices alone (the code renews
+    /// its place before it expires, and that round is also what finds a lock left free).
+    NoticesOnly,
+}
+
+/// Which clients may crash (up to `FairModel::crashes` of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crashing {
+    /// Any client in its call, or holding.
+    Anyone,
+    /// A client in line: it stood in line on a quorum (its last verdict was "wait") and its call
+    /// goes on (waiting, or in a renewal round).
+    InLine,
+    /// A client in line that is the head of the line on a quorum of nodes: the next release
+    /// there hands it the lock.
+    Head,
+    /// As `Head`, or the starting holder while it holds.
+    HeadOrHolder,
 }
 
 /// A lock value: unique per client and value number.
@@ -96,7 +114,7 @@ impl fmt::Display for Nodes {
 }
 
 /// One node's keys for the name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Node {
     /// The lock key: a value, or `None` when free.
     pub lock: Option<Value>,
@@ -160,7 +178,7 @@ pub enum Msg {
 }
 
 /// The messages in flight: a set, kept sorted so that equal networks are equal states.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Network(Vec<Msg>);
 
 impl Network {
@@ -216,7 +234,7 @@ impl Network {
 
 /// What a waiter knows of one node (`Standing` in `src/waiting/fair.rs`: `granted`, or `renewed`
 /// with `tickets`, or neither).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Known {
     #[default]
     Nothing,
@@ -233,7 +251,7 @@ pub enum Next {
 }
 
 /// A waiter's standing, as `Standing` in `src/waiting/fair.rs` keeps it (times aside).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Standing {
     pub known: [Known; NODES],
     /// A grant notice came from a node with neither a renewal nor a grant known.
@@ -305,7 +323,7 @@ impl Standing {
 }
 
 /// Where a client's `lock()` call stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Phase {
     /// Not called yet.
     Idle,
@@ -337,7 +355,7 @@ pub enum Phase {
 }
 
 /// A client: one `lock()` call on the name, then an unlock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Client {
     /// The number of the current value (0 before the call).
     pub attempt: u8,
@@ -394,7 +412,7 @@ impl Client {
 }
 
 /// The whole system.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct State {
     pub nodes: [Node; NODES],
     pub clients: Vec<Client>,
@@ -447,6 +465,8 @@ pub struct FairModel {
     pub budgets: &'static [u8],
     /// How many clients may crash.
     pub crashes: u8,
+    /// Which clients may crash.
+    pub crashing: Crashing,
     /// How many times, in all, a client may stop waiting for replies still missing (a round
     /// ends only once every node answered otherwise). Progress checks have none.
     pub timeouts: u8,
@@ -467,6 +487,11 @@ pub const MUTUAL_EXCLUSION: &str = "mutual exclusion";
 pub const NO_OVERTAKING: &str = "no overtaking";
 /// Property (progress checks): every client that did not crash eventually held and unlocked.
 pub const PROGRESS: &str = "progress";
+/// Property (progress checks): while a client that did not crash is not yet served, some step
+/// other than a crash can happen. No crash need ever come, so a state whose only ways on are
+/// crashes is one where a run may stop; the checker judges `PROGRESS` only where no step at all
+/// is left.
+pub const NOT_STUCK: &str = "not stuck";
 /// Example: a waiter holds by grant notices alone.
 pub const HANDED_OVER: &str = "a waiter holds by hand-offs";
 /// Example: a client holds after another one crashed while in line.
@@ -532,6 +557,7 @@ impl Model for FairModel {
                         actions.push(Action::Align(c));
                     }
                 }
+                Phase::Waiting if self.variant == Variant::NoticesOnly => {}
                 Phase::Waiting => {
                     if !self.progress || self.useful(s, c) {
                         actions.push(Action::Renew(c));
@@ -541,11 +567,7 @@ impl Model for FairModel {
                 Phase::Holding { .. } => actions.push(Action::Unlock(c)),
                 Phase::Done | Phase::GaveUp | Phase::Crashed => {}
             }
-            let may_crash = !matches!(
-                client.phase,
-                Phase::Idle | Phase::Done | Phase::GaveUp | Phase::Crashed
-            );
-            if may_crash && crashed < usize::from(self.crashes) {
+            if crashed < usize::from(self.crashes) && self.may_crash(s, c) {
                 actions.push(Action::Crash(c));
             }
         }
@@ -640,6 +662,7 @@ impl Model for FairModel {
         ];
         if self.progress {
             properties.push(Property::eventually(PROGRESS, everyone_served));
+            properties.push(Property::always(NOT_STUCK, not_stuck));
         }
         properties
     }
@@ -673,6 +696,12 @@ fn everyone_served(_: &FairModel, s: &State) -> bool {
     s.clients
         .iter()
         .all(|c| matches!(c.phase, Phase::Done | Phase::Crashed))
+}
+
+fn not_stuck(model: &FairModel, s: &State) -> bool {
+    let mut actions = Vec::new();
+    model.actions(s, &mut actions);
+    everyone_served(model, s) || actions.iter().any(|a| !matches!(a, Action::Crash(_)))
 }
 
 fn release_everywhere(s: &mut State, value: Value) {
@@ -710,6 +739,29 @@ fn forget_inert(s: &mut State) {
 }
 
 impl FairModel {
+    /// Whether client `c` may crash now (within the number of crashes).
+    fn may_crash(&self, s: &State, c: u8) -> bool {
+        let client = &s.clients[usize::from(c)];
+        let in_call = !matches!(
+            client.phase,
+            Phase::Idle | Phase::Done | Phase::GaveUp | Phase::Crashed
+        );
+        let in_line = client.stood && client.renewing();
+        let value = client.value(c);
+        match self.crashing {
+            Crashing::Anyone => in_call,
+            Crashing::InLine => in_line,
+            Crashing::Head | Crashing::HeadOrHolder => {
+                let heads = s.nodes.iter().filter(|n| n.head() == Some(value)).count();
+                let holder = self.crashing == Crashing::HeadOrHolder
+                    && self.holder
+                    && c == 0
+                    && matches!(client.phase, Phase::Holding { .. });
+                (in_line && heads >= QUORUM) || holder
+            }
+        }
+    }
+
     /// Whether the entries and the key of `value` may expire: nobody renews them. A waiter
     /// renews in time; a holder does not renew its entries, and its keys lapse only where the
     /// configuration says so (or once it crashed).
