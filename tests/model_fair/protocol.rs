@@ -23,6 +23,10 @@ pub enum Variant {
     /// A node gives a waiter that is new to its line the ticket the waiter offers, even one at or
     /// below tickets it gave before (no "counter + 1").
     OfferAsIs,
+    /// A waiter that stood in line and then hears of a higher ticket of its own on some node (its
+    /// reply was missed when it stood) moves back to it everywhere, as the code did: it may then
+    /// stand behind a waiter that joined after it stood.
+    AlignAfterStanding,
     /// A waiter whose tickets differ offers its lowest ticket instead of its highest; nodes still
     /// move a waiter only back, so its places never change.
     AlignDown,
@@ -32,6 +36,10 @@ pub enum Variant {
     /// A grant notice counts as a hand-off whatever the waiter knows of that node (the code counts
     /// it at once only where a round put the waiter in line).
     TrustEveryGrant,
+    /// A waiter that retreated starts over with the same value when every node answered its
+    /// release (as the code did): grant notices for the places it gave back, kept by its hub or
+    /// late, then count as hand-offs of its new places.
+    SameValueAfterRetreat,
 }
 
 /// A lock value: unique per client and value number.
@@ -159,29 +167,70 @@ pub enum Msg {
     Grant { from: usize, value: Value, hint: u8 },
 }
 
-/// The messages in flight: a set, kept sorted so that equal networks are equal states.
+/// The messages in flight, kept in a canonical order so that equal networks are equal states.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Network(Vec<Msg>);
+pub struct Network {
+    /// Requests to nodes: sorted, or, where each node takes them in the order they were sent
+    /// (`FairModel::reorders`), grouped by node in that order.
+    requests: Vec<Msg>,
+    /// Grant notices: sorted.
+    notices: Vec<Msg>,
+    /// Whether `requests` keeps the order of sending.
+    in_order: bool,
+}
+
+/// The node a request goes to.
+fn node_of(msg: Msg) -> Option<usize> {
+    match msg {
+        Msg::Round { to, .. } | Msg::Release { to, .. } => Some(to),
+        Msg::Grant { .. } => None,
+    }
+}
 
 impl Network {
+    /// An empty network; `in_order`: it keeps the order in which requests to a node were sent.
+    pub fn new(in_order: bool) -> Network {
+        Network {
+            in_order,
+            ..Network::default()
+        }
+    }
+
     pub fn send(&mut self, msg: Msg) {
-        if let Err(at) = self.0.binary_search(&msg) {
-            self.0.insert(at, msg);
+        match node_of(msg) {
+            Some(_) if self.requests.contains(&msg) => {}
+            Some(to) if self.in_order => {
+                let at = self
+                    .requests
+                    .partition_point(|&m| node_of(m).is_some_and(|n| n <= to));
+                self.requests.insert(at, msg);
+            }
+            Some(_) => insert_sorted(&mut self.requests, msg),
+            None => insert_sorted(&mut self.notices, msg),
         }
     }
 
     pub fn take(&mut self, msg: Msg) {
-        if let Ok(at) = self.0.binary_search(&msg) {
-            self.0.remove(at);
-        }
+        self.requests.retain(|&m| m != msg);
+        self.notices.retain(|&m| m != msg);
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Msg> + '_ {
-        self.0.iter().copied()
+        self.requests.iter().chain(&self.notices).copied()
     }
 
-    fn retain(&mut self, keep: impl FnMut(&Msg) -> bool) {
-        self.0.retain(keep);
+    fn retain(&mut self, mut keep: impl FnMut(&Msg) -> bool) {
+        self.requests.retain(&mut keep);
+        self.notices.retain(keep);
+    }
+
+    /// Whether landing `msg` now would overtake a request sent to its node before it (only
+    /// known where the network keeps the order of sending).
+    pub fn overtakes(&self, msg: Msg) -> bool {
+        let Some(to) = node_of(msg) else {
+            return false;
+        };
+        self.in_order && self.requests.iter().find(|&&m| node_of(m) == Some(to)) != Some(&msg)
     }
 
     /// Whether `msg` is the next to land of its connection: a client sends its requests to one
@@ -214,6 +263,12 @@ impl Network {
     }
 }
 
+fn insert_sorted(msgs: &mut Vec<Msg>, msg: Msg) {
+    if let Err(at) = msgs.binary_search(&msg) {
+        msgs.insert(at, msg);
+    }
+}
+
 /// What a waiter knows of one node (`Standing` in `src/waiting/fair.rs`: `granted`, or `renewed`
 /// with `tickets`, or neither).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -238,11 +293,17 @@ pub struct Standing {
     pub known: [Known; NODES],
     /// A grant notice came from a node with neither a renewal nor a grant known.
     pub unconfirmed: bool,
+    /// The ticket it stood in line with, on a quorum: from then on it offers this one, and
+    /// never moves back.
+    pub stood: Option<u8>,
 }
 
 impl Standing {
-    /// `Standing::round`: a reply overwrites what was known; no reply keeps it.
-    fn round(&mut self, replies: [Option<Reply>; NODES]) {
+    /// `Standing::round`: a reply overwrites what was known; no reply keeps it. Then the ticket
+    /// it stands with: the one every node it reached gave it, once those are a quorum; kept
+    /// while the nodes where it has that ticket (or the key) are a quorum. `keep`: it keeps its
+    /// ticket once it stood (`AlignAfterStanding` does not).
+    fn round(&mut self, replies: [Option<Reply>; NODES], keep: bool) {
         self.unconfirmed = false;
         for (known, reply) in self.known.iter_mut().zip(replies) {
             match reply {
@@ -251,6 +312,21 @@ impl Standing {
                 None => {}
             }
         }
+        let reached = self.known.iter().filter(|&&k| k != Known::Nothing).count();
+        let highest = self.highest();
+        self.stood = match self.stood {
+            Some(ticket) if keep && self.holding(ticket) >= QUORUM => Some(ticket),
+            _ if reached >= QUORUM && self.tickets().all(|t| Some(t) == highest) => highest,
+            _ => None,
+        };
+    }
+
+    /// Nodes where it stands with `ticket`, or holds the key.
+    fn holding(&self, ticket: u8) -> usize {
+        self.known
+            .iter()
+            .filter(|&&k| k == Known::Granted || k == Known::InLine(ticket))
+            .count()
     }
 
     /// `Standing::handed`: a place in line known there becomes a grant; with nothing known, only
@@ -277,9 +353,15 @@ impl Standing {
         })
     }
 
-    /// `Standing::ticket`: the highest ticket anywhere.
-    pub fn ticket(&self) -> Option<u8> {
+    /// The highest ticket anywhere.
+    pub fn highest(&self) -> Option<u8> {
         self.tickets().max()
+    }
+
+    /// `Standing::ticket`, the ticket its rounds offer: the one it stood with, else the highest
+    /// anywhere.
+    pub fn ticket(&self) -> Option<u8> {
+        self.stood.or_else(|| self.highest())
     }
 
     fn lowest(&self) -> Option<u8> {
@@ -293,13 +375,12 @@ impl Standing {
             .iter()
             .filter(|&&known| known != Known::Nothing)
             .count();
-        let ticket = self.ticket();
         if reached < QUORUM {
             Next::Retreat
-        } else if self.tickets().any(|t| Some(t) != ticket) {
-            Next::Align
-        } else {
+        } else if self.stood.is_some() || self.tickets().all(|t| Some(t) == self.highest()) {
             Next::Wait
+        } else {
+            Next::Align
         }
     }
 }
@@ -401,6 +482,8 @@ pub struct State {
     pub net: Network,
     /// Timeouts so far.
     pub timeouts: u8,
+    /// Requests that overtook earlier ones to their node so far (see `FairModel::reorders`).
+    pub reorders: u8,
     /// Ghost record: `(c, a)` when `c` began to hold while `a` was ahead of it (see `ahead`).
     pub overtakes: Vec<(u8, u8)>,
 }
@@ -422,8 +505,7 @@ pub enum Action {
     Renew(u8),
     /// The align round of a client whose tickets differ (progress checks only).
     Align(u8),
-    /// A retreated client starts over: with the same value if every node answered its release,
-    /// else with a fresh one.
+    /// A retreated client starts over, with a fresh value.
     Restart(u8),
     /// The holder unlocks.
     Unlock(u8),
@@ -452,6 +534,11 @@ pub struct FairModel {
     pub timeouts: u8,
     /// A round's script may run and its reply be lost.
     pub lost_replies: bool,
+    /// `None`: a node takes requests in any order (those of one connection in the order sent).
+    /// `Some(n)`: a node takes requests in the order they were sent to it, but `n` times in all a
+    /// request may overtake requests sent before it (of other connections), as one delayed on
+    /// its way does.
+    pub reorders: Option<u8>,
     /// A holder's keys may expire while it holds (it paused past its lease, say).
     pub lapses: bool,
     /// A node whose line is empty may forget its ticket counter (the line's keys expired).
@@ -492,8 +579,9 @@ impl Model for FairModel {
         let mut s = State {
             nodes: Default::default(),
             clients: vec![idle; self.budgets.len()],
-            net: Network::default(),
+            net: Network::new(self.reorders.is_some()),
             timeouts: 0,
+            reorders: 0,
             overtakes: Vec::new(),
         };
         if self.holder {
@@ -553,6 +641,9 @@ impl Model for FairModel {
             if !s.net.first_in_line(msg) {
                 continue;
             }
+            if s.net.overtakes(msg) && s.reorders >= self.reorders.unwrap_or(0) {
+                continue;
+            }
             actions.push(Action::Deliver(msg));
             if let Msg::Round { value, round, .. } = msg {
                 let client = &s.clients[usize::from(value.client)];
@@ -584,10 +675,12 @@ impl Model for FairModel {
                 self.start_round(&mut s, c, true);
             }
             Action::Deliver(msg) => {
+                s.reorders += u8::from(s.net.overtakes(msg));
                 s.net.take(msg);
                 self.deliver(&mut s, msg, true);
             }
             Action::DeliverUnheard(msg) => {
+                s.reorders += u8::from(s.net.overtakes(msg));
                 s.net.take(msg);
                 self.deliver(&mut s, msg, false);
             }
@@ -598,10 +691,12 @@ impl Model for FairModel {
             Action::Renew(c) | Action::Align(c) => self.start_round(&mut s, c, false),
             Action::Restart(c) => {
                 let client = &mut s.clients[usize::from(c)];
-                if s.net.releasing(client.value(c)) {
-                    // The release timed out somewhere: a fresh value, so that it cannot land on
-                    // the next round's keys (src/acquire.rs). Hand-offs to the old value no
-                    // longer count (`Turn::rename`).
+                let same_value = self.variant == Variant::SameValueAfterRetreat;
+                if s.net.releasing(client.value(c)) || !same_value {
+                    // A fresh value: a release that timed out somewhere cannot land on the next
+                    // round's keys (src/acquire.rs), and hand-offs to the old value, which the
+                    // retreat gave back, no longer count (`Turn::rename`), however late their
+                    // notices come.
                     client.attempt += 1;
                     client.pending = Nodes::default();
                 }
@@ -764,6 +859,11 @@ impl FairModel {
         }
     }
 
+    /// Whether a waiter that stood keeps its ticket (see `Standing::round`).
+    fn keeps_standing(&self) -> bool {
+        self.variant != Variant::AlignAfterStanding
+    }
+
     /// The ticket a client's next round offers (`FairWait::op`): in line, its highest ticket;
     /// joining, one above the highest it heard of.
     fn offer(&self, client: &Client) -> u8 {
@@ -875,8 +975,8 @@ impl FairModel {
         let granted: Nodes = (0..NODES)
             .filter(|&n| replies[n] == Some(Reply::Granted))
             .collect();
-        client.standing.round(replies);
-        client.heard = client.heard.max(client.standing.ticket().unwrap_or(0));
+        client.standing.round(replies, self.keeps_standing());
+        client.heard = client.heard.max(client.standing.highest().unwrap_or(0));
         let next = client.standing.next();
         if granted.len() >= QUORUM {
             // The validity is assumed positive: a slow client only delays what follows.
@@ -938,7 +1038,7 @@ impl FairModel {
             *reply = Some(self.round_script(node, client.value(c), offer));
         }
         let mut standing = client.standing;
-        standing.round(replies);
+        standing.round(replies, self.keeps_standing());
         nodes != s.nodes || standing != client.standing
     }
 }

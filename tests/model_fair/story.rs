@@ -125,8 +125,13 @@ fn script(model: &FairModel, s: &State, after: &State, msg: Msg, heard: bool) ->
         }
     };
     let lost = if heard { "" } else { " (reply lost)" };
+    let late = if s.net.overtakes(msg) {
+        " (ahead of earlier requests)"
+    } else {
+        ""
+    };
     format!(
-        "n{to} runs round({value}, offer {offer}): {did}, {}{lost}{}",
+        "n{to} runs round({value}, offer {offer}){late}: {did}, {}{lost}{}",
         reply_name(reply),
         ended(s, after, value.client).unwrap_or_default()
     )

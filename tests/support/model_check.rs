@@ -9,6 +9,17 @@ use std::time::Instant;
 
 use stateright::{Checker, HasDiscoveries, Model, Path};
 
+/// The order in which the checker visits states.
+pub enum Search<S> {
+    /// Level by level: the first path found to a property is a shortest one. Every state waiting
+    /// to be visited is kept with the path to it, which can outgrow memory.
+    BreadthFirst,
+    /// Path by path: only the states along the current path (and their siblings) wait, so
+    /// memory goes to the set of states seen. `symmetry` maps a state to one representative of
+    /// the states that behave the same (stateright supports it only here).
+    DepthFirst { symmetry: Option<fn(&S) -> S> },
+}
+
 /// The outcome of one run of the checker.
 pub struct Run<M: Model> {
     pub model: M,
@@ -28,6 +39,16 @@ where
     /// environment variable `DEPTH` bounds the depth (for exploring by hand). Prints `label` with
     /// the state counts.
     pub fn check(model: M, stop_at: &[&'static str], label: &str) -> Run<M> {
+        Run::check_with(model, stop_at, label, Search::BreadthFirst)
+    }
+
+    /// As [`Run::check`], in the order `search` says.
+    pub fn check_with(
+        model: M,
+        stop_at: &[&'static str],
+        label: &str,
+        search: Search<M::State>,
+    ) -> Run<M> {
         let start = Instant::now();
         let mut builder = model.clone().checker();
         if let Some(depth) = std::env::var("DEPTH").ok().and_then(|d| d.parse().ok()) {
@@ -41,7 +62,15 @@ where
             let names: BTreeSet<&'static str> = stop_at.iter().copied().collect();
             builder = builder.finish_when(HasDiscoveries::AnyOf(names));
         }
-        let checker = builder.spawn_bfs().join();
+        let checker: Box<dyn Checker<M>> = match search {
+            Search::BreadthFirst => Box::new(builder.spawn_bfs().join()),
+            Search::DepthFirst { symmetry } => {
+                if let Some(representative) = symmetry {
+                    builder = builder.symmetry_fn(representative);
+                }
+                Box::new(builder.spawn_dfs().join())
+            }
+        };
         let run = Run {
             model,
             unique_states: checker.unique_state_count(),
