@@ -20,12 +20,23 @@
 //!   nodes, a crash after sending it, so only a crashed client's entries and keys expire on their
 //!   own.
 //! - Requests of one client to one node run in the order sent (one connection per node).
+//! - Requests to one node: in any order (those of one connection in the order sent), or, to
+//!   make larger configurations fit, in the order sent save a budget of overtakings (`reorders`).
 //!
-//! The checker finds a counterexample to `NO_OVERTAKING` when a node gives a joiner the ticket it
-//! offers as it is (no "counter + 1"). Not yet done: the other negative controls (`Variant`) have
-//! not produced a counterexample in the configurations tried, so they are not asserted. Progress
-//! (every live waiter is eventually served) is checked without faults only; with a crashing
-//! client the state space outgrows memory, so progress when the head crashes is not checked here. `cargo test --test model_fair` runs the small configuration;
+//! # What it found, and the negative controls
+//! - A waiter that retreated and started over with the same value took the grant notices for
+//!   keys its retreat gave back as hand-offs of its new places, and held beside the waiter those
+//!   keys went to (`SameValueAfterRetreat`, asserted broken; the code now takes a fresh value).
+//! - A waiter that stood in line and then heard of a higher ticket of its own on one node (a
+//!   late reply) moved back to it everywhere, behind a waiter that joined after it stood
+//!   (`AlignAfterStanding`, asserted broken; it now keeps the ticket it stood with).
+//! - A node that gives a joiner the ticket it offers as it is (no "counter + 1") lets a later
+//!   joiner overtake (`OfferAsIs`). The other variants have not produced a counterexample in the
+//!   configurations tried, so they are not asserted.
+//!
+//! Progress (every live waiter is eventually served) is checked without faults only; with a
+//! crashing client the state space outgrows memory, so progress when the head crashes is not
+//! checked here. `cargo test --test model_fair` runs the small configurations;
 //! `cargo test --release --test model_fair -- --ignored --nocapture` the larger ones, and
 //! `explore` (ignored) any configuration from environment variables.
 

@@ -17,6 +17,7 @@ pub enum Search<S> {
     /// Path by path: only the states along the current path (and their siblings) wait, so
     /// memory goes to the set of states seen. `symmetry` maps a state to one representative of
     /// the states that behave the same (stateright supports it only here).
+    #[allow(dead_code)] // not every model needs it
     DepthFirst { symmetry: Option<fn(&S) -> S> },
 }
 
