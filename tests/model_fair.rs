@@ -30,6 +30,15 @@
 //! - A waiter that stood in line and then heard of a higher ticket of its own on one node (a
 //!   late reply) moved back to it everywhere, behind a waiter that joined after it stood
 //!   (`AlignAfterStanding`, asserted broken; it now keeps the ticket it stood with).
+//! - A round's script passes a key its waiter holds out of turn to the waiter ahead of it (the
+//!   ROUND script, modelled). A waiter whose align round passed on keys the holder's release had
+//!   just handed it takes in the grant notices of those hand-offs after the round, finds itself
+//!   in line there, and counts them: two holders (`Implemented`, asserted broken). Notices that
+//!   name the ticket the place had, counted only where the place still has it
+//!   (`TicketedGrants`, a proposal: the RELEASE and ROUND scripts' notices would carry it), pass
+//!   this configuration and the late-reply one.
+//! - A holder's round that timed out may still land and pass a key of its quorum on: a key whose
+//!   round went unanswered no longer counts (the code now forgets it, see `Standing::round`).
 //! - A node that gives a joiner the ticket it offers as it is (no "counter + 1") lets a later
 //!   joiner overtake (`OfferAsIs`). The other variants have not produced a counterexample in the
 //!   configurations tried, so they are not asserted.
@@ -204,7 +213,51 @@ fn a_waiter_that_moves_back_after_standing_can_be_overtaken() {
 #[test]
 #[ignore = "minutes: cargo test --release --test model_fair -- --ignored --nocapture"]
 fn a_waiter_that_keeps_the_ticket_it_stood_with_is_not_overtaken() {
-    let run = check_depth_first(late_reply(), &[]);
+    // With grant notices that name the ticket (not implemented yet: see below), since keys
+    // passed on out of turn break exclusion in this configuration otherwise.
+    let model = FairModel {
+        variant: Variant::TicketedGrants,
+        ..late_reply()
+    };
+    let run = check_depth_first(model, &[]);
+    run.assert_holds(MUTUAL_EXCLUSION);
+    run.assert_holds(NO_OVERTAKING);
+}
+
+/// Two waiters that join at once take different nodes first; both align, and the holder's
+/// release hands a key to the one that moves back.
+fn passed_keys() -> FairModel {
+    FairModel {
+        budgets: &[0, 3, 3],
+        reorders: Some(1),
+        ..small()
+    }
+}
+
+#[test]
+fn a_key_passed_on_out_of_turn_is_still_counted_from_its_grant_notice() {
+    // C stands first on n1 and n2, B on n0 (its request overtook C's). The holder's release
+    // hands n1 and n2 to C while C's align round is out; that round finds B ahead of C's new
+    // ticket and passes both keys to B. C then takes in the two grant notices: they say nothing
+    // of which place they were for, and C is in line there, so C holds too.
+    let run = check_depth_first(passed_keys(), &[MUTUAL_EXCLUSION]);
+    let (last, story) = run.counterexample(MUTUAL_EXCLUSION);
+    let holders = last
+        .clients
+        .iter()
+        .filter(|c| matches!(c.phase, Phase::Holding { valid: true, .. }))
+        .count();
+    assert_eq!(holders, 2, "{story}");
+}
+
+#[test]
+#[ignore = "seconds: cargo test --release --test model_fair -- --ignored --nocapture"]
+fn grant_notices_that_name_the_ticket_are_not_taken_for_keys_passed_on() {
+    let model = FairModel {
+        variant: Variant::TicketedGrants,
+        ..passed_keys()
+    };
+    let run = check_depth_first(model, &[]);
     run.assert_holds(MUTUAL_EXCLUSION);
     run.assert_holds(NO_OVERTAKING);
 }
@@ -260,6 +313,7 @@ fn explore() {
             Some("trust") => Variant::TrustEveryGrant,
             Some("same") => Variant::SameValueAfterRetreat,
             Some("align") => Variant::AlignAfterStanding,
+            Some("ticket") => Variant::TicketedGrants,
             _ => Variant::Implemented,
         },
         holder: true,
@@ -293,9 +347,12 @@ fn explore() {
 /// is left where a live client waits for ever. (With one crash this configuration's state space
 /// outgrows the machine's memory; the crash case is tested on real nodes in tests/fair.rs.)
 #[test]
-#[ignore = "about half a minute: cargo test --release --test model_fair -- --ignored --nocapture"]
+#[ignore = "six minutes, 8 GB: cargo test --release --test model_fair -- --ignored --nocapture"]
 fn every_waiter_is_served_when_nobody_fails() {
+    // With grant notices that name the ticket: the code's notices let two waiters hold here,
+    // without any fault (see `a_key_passed_on_out_of_turn_is_still_counted_from_its_grant_notice`).
     let model = FairModel {
+        variant: Variant::TicketedGrants,
         progress: true,
         ..small()
     };

@@ -37,7 +37,11 @@
 //!   on a minority only has no such claim: it was never in line for a quorum; nor has one whose
 //!   places with its ticket (and keys) no longer make a quorum (a node forgot it): it aligns to
 //!   its highest ticket and stands anew. A waiter that retreats joins again with a fresh value,
-//!   so that notices of hand-offs it gave back cannot count for its new places.
+//!   so that notices of hand-offs it gave back cannot count for its new places, and a key whose
+//!   round went unanswered no longer counts as ours (the round may still land and pass it on).
+//!   Not yet covered: a round that passes on a key handed to us a moment before leaves its grant
+//!   notice behind, which we then count (the model finds two holders; notices that name the
+//!   ticket of the place they hand over would tell the two apart).
 //!   `tests/model_fair.rs` checks order and exclusion in small configurations, with late and
 //!   lost replies.
 //! - *Progress.* Once tickets agree, the first live waiter standing on a quorum is first in line
@@ -139,9 +143,11 @@ impl Standing {
                     self.tickets[node] = Some(ticket);
                     self.last_ticket = self.last_ticket.max(Some(ticket));
                 }
-                // Whatever the round did there may or may not have happened; what we knew
-                // before still bounds it from below.
-                Reply::Unknown => {}
+                // Whatever the round did there may or may not have happened, and may still
+                // happen: a place in line only moves back, so what we knew still bounds it; but
+                // a key of ours there may be passed on by the round (someone ahead of our
+                // offer, see `scripts::fair::ROUND`), so it no longer counts.
+                Reply::Unknown => self.granted[node] = None,
             }
         }
         let highest = self.highest();
@@ -545,6 +551,21 @@ mod tests {
         // A key and a place with our ticket still make a quorum: we keep that ticket.
         assert_eq!(standing.next(), Next::Wait);
         assert_eq!(standing.ticket(), Some(3));
+    }
+
+    #[test]
+    fn a_key_whose_round_went_unanswered_no_longer_counts() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[Reply::Granted, line(1), line(1)]);
+        standing.handed(1);
+        assert_eq!(standing.held_from(), Some(t0));
+        // A renewal lands late on node 0, or never: it may pass the key on there.
+        standing.round(t0 + MS, &[Reply::Unknown, Reply::Granted, line(1)]);
+        assert_eq!(standing.held_from(), None);
+        assert!(standing.partial());
+        standing.round(t0 + 2 * MS, &[Reply::Granted, Reply::Granted, line(1)]);
+        assert_eq!(standing.held_from(), Some(t0 + 2 * MS));
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub enum Variant {
     /// release (as the code did): grant notices for the places it gave back, kept by its hub or
     /// late, then count as hand-offs of its new places.
     SameValueAfterRetreat,
+    /// A proposed fix, not implemented: a grant notice also carries the ticket the waiter had in
+    /// line on that node, and counts as a hand-off only where the waiter's place has that
+    /// ticket; elsewhere only a round can confirm it. (The code counts a notice from any node
+    /// where it is in line, so a notice for a key its round since passed on out of turn still
+    /// counts.)
+    TicketedGrants,
 }
 
 /// A lock value: unique per client and value number.
@@ -73,16 +79,8 @@ impl Nodes {
         self.0 & (1 << n) != 0
     }
 
-    pub fn insert(&mut self, n: usize) {
-        self.0 |= 1 << n;
-    }
-
     pub fn len(self) -> usize {
         self.0.count_ones() as usize
-    }
-
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
     }
 
     pub fn iter(self) -> impl Iterator<Item = usize> {
@@ -163,8 +161,15 @@ pub enum Msg {
     },
     /// The fair `RELEASE` script (unlock, leaving the line, giving back hand-offs).
     Release { to: usize, value: Value },
-    /// A grant notice: node `from` handed the lock to `value`; `hint` is its ticket counter.
-    Grant { from: usize, value: Value, hint: u8 },
+    /// A grant notice: node `from` handed the lock to `value`; `hint` is its ticket counter,
+    /// `ticket` the ticket `value` had in line there (`TicketedGrants` only; 0 otherwise, as the
+    /// code's notices do not carry it).
+    Grant {
+        from: usize,
+        value: Value,
+        hint: u8,
+        ticket: u8,
+    },
 }
 
 /// The messages in flight, kept in a canonical order so that equal networks are equal states.
@@ -299,7 +304,8 @@ pub struct Standing {
 }
 
 impl Standing {
-    /// `Standing::round`: a reply overwrites what was known; no reply keeps it. Then the ticket
+    /// `Standing::round`: a reply overwrites what was known; no reply keeps a place in line, but
+    /// not a key (the round may pass it on where someone is ahead of its offer). Then the ticket
     /// it stands with: the one every node it reached gave it, once those are a quorum; kept
     /// while the nodes where it has that ticket (or the key) are a quorum. `keep`: it keeps its
     /// ticket once it stood (`AlignAfterStanding` does not).
@@ -309,6 +315,8 @@ impl Standing {
             match reply {
                 Some(Reply::Granted) => *known = Known::Granted,
                 Some(Reply::InLine(ticket)) => *known = Known::InLine(ticket),
+                // The round may have passed the key on, out of turn, and may still land.
+                None if *known == Known::Granted => *known = Known::Nothing,
                 None => {}
             }
         }
@@ -330,10 +338,14 @@ impl Standing {
     }
 
     /// `Standing::handed`: a place in line known there becomes a grant; with nothing known, only
-    /// a round can confirm it.
-    fn handed(&mut self, n: usize, trust_every_grant: bool) {
+    /// a round can confirm it. `ticket`: the ticket the notice says the place had
+    /// (`TicketedGrants`); a place with another ticket also needs a round.
+    fn handed(&mut self, n: usize, ticket: Option<u8>, trust_every_grant: bool) {
         match self.known[n] {
-            Known::InLine(_) => self.known[n] = Known::Granted,
+            Known::InLine(t) if ticket.is_none_or(|ticket| ticket == t) => {
+                self.known[n] = Known::Granted;
+            }
+            Known::InLine(_) => self.unconfirmed = true,
             Known::Nothing if trust_every_grant => self.known[n] = Known::Granted,
             Known::Nothing => self.unconfirmed = true,
             Known::Granted => {}
@@ -429,7 +441,7 @@ pub struct Client {
     /// Nodes whose grant notices for the current value arrived but were not yet taken in: the
     /// hub keeps them (under the waiter's turn, or unclaimed until its first wait) until the
     /// waiter looks at its news, which it does only while waiting.
-    pub pending: Nodes,
+    pub pending: [Option<u8>; NODES],
     /// The highest ticket the client heard of (its offer to join is one above).
     pub heard: u8,
     /// Rounds sent in this call (only counted where the call has a budget of rounds).
@@ -569,7 +581,7 @@ impl Model for FairModel {
             phase: Phase::Idle,
             replies: [None; NODES],
             standing: Standing::default(),
-            pending: Nodes::default(),
+            pending: [None; NODES],
             heard: 0,
             rounds: 0,
             stood: false,
@@ -698,7 +710,7 @@ impl Model for FairModel {
                     // retreat gave back, no longer count (`Turn::rename`), however late their
                     // notices come.
                     client.attempt += 1;
-                    client.pending = Nodes::default();
+                    client.pending = [None; NODES];
                 }
                 self.start_round(&mut s, c, true);
             }
@@ -859,6 +871,15 @@ impl FairModel {
         }
     }
 
+    /// The ticket a grant notice carries for a head that had `ticket` (see `Msg::Grant`).
+    fn notice_ticket(&self, ticket: u8) -> u8 {
+        if self.variant == Variant::TicketedGrants {
+            ticket
+        } else {
+            0
+        }
+    }
+
     /// Whether a waiter that stood keeps its ticket (see `Standing::round`).
     fn keeps_standing(&self) -> bool {
         self.variant != Variant::AlignAfterStanding
@@ -883,7 +904,16 @@ impl FairModel {
                 round,
                 offer,
             } => {
-                let reply = self.round_script(&mut s.nodes[to], value, offer);
+                let hint = s.nodes[to].counter;
+                let (reply, passed) = self.round_script(&mut s.nodes[to], value, offer);
+                if let Some((ticket, head)) = passed {
+                    s.net.send(Msg::Grant {
+                        from: to,
+                        value: head,
+                        hint,
+                        ticket: self.notice_ticket(ticket),
+                    });
+                }
                 let c = value.client;
                 let client = &mut s.clients[usize::from(c)];
                 if heard && client.waits_for(value, round) {
@@ -901,7 +931,7 @@ impl FairModel {
                 if node.lock == Some(value) {
                     node.lock = None;
                     // Expired entries are gone already (an expiry is a step of its own).
-                    if let Some(head) = node.head() {
+                    if let Some(&(ticket, head)) = node.line.first() {
                         node.lock = Some(head);
                         node.remove(head);
                         let hint = node.counter;
@@ -909,16 +939,22 @@ impl FairModel {
                             from: to,
                             value: head,
                             hint,
+                            ticket: self.notice_ticket(ticket),
                         });
                     }
                     // Without a head, a plain release notice: it only makes a waiter start a
                     // round sooner, which a renewal may do at any step (not modelled).
                 }
             }
-            Msg::Grant { from, value, hint } => {
+            Msg::Grant {
+                from,
+                value,
+                hint,
+                ticket,
+            } => {
                 let client = &mut s.clients[usize::from(value.client)];
                 client.heard = client.heard.max(hint);
-                client.pending.insert(from);
+                client.pending[from] = Some(ticket);
                 if client.phase == Phase::Waiting {
                     self.news(s, value.client);
                 }
@@ -927,15 +963,33 @@ impl FairModel {
     }
 
     /// The `ROUND` script on one node.
-    pub fn round_script(&self, node: &mut Node, value: Value, offer: u8) -> Reply {
+    ///
+    /// A waiter whose key is held out of turn there (someone is ahead of its offer) passes it to
+    /// the head, as a release would, and stands at its offer: the head it was handed to comes
+    /// second (the node publishes a grant notice for it).
+    pub fn round_script(
+        &self,
+        node: &mut Node,
+        value: Value,
+        offer: u8,
+    ) -> (Reply, Option<(u8, Value)>) {
         if node.lock == Some(value) {
+            if let Some(&(ticket, head)) = node.line.first()
+                && (ticket, head) < (offer, value)
+            {
+                node.lock = Some(head);
+                node.remove(head);
+                node.place(value, offer);
+                node.counter = node.counter.max(offer);
+                return (Reply::InLine(offer), Some((ticket, head)));
+            }
             node.remove(value);
-            return Reply::Granted;
+            return (Reply::Granted, None);
         }
         if node.lock.is_none() && node.head().is_none_or(|head| head == value) {
             node.lock = Some(value);
             node.remove(value);
-            return Reply::Granted;
+            return (Reply::Granted, None);
         }
         let ticket = match node.ticket_of(value) {
             Some(ticket) => {
@@ -960,7 +1014,7 @@ impl FairModel {
             }
         };
         node.counter = node.counter.max(ticket);
-        Reply::InLine(ticket)
+        (Reply::InLine(ticket), None)
     }
 
     /// The round of client `c` ends with the replies it has (`FairWait::observe`, then the
@@ -1014,10 +1068,13 @@ impl FairModel {
     fn news(&self, s: &mut State, c: u8) {
         let client = &mut s.clients[usize::from(c)];
         let trust = self.variant == Variant::TrustEveryGrant;
-        for n in client.pending.iter() {
-            client.standing.handed(n, trust);
+        let ticketed = self.variant == Variant::TicketedGrants;
+        for (n, ticket) in client.pending.into_iter().enumerate() {
+            if let Some(ticket) = ticket {
+                client.standing.handed(n, ticketed.then_some(ticket), trust);
+            }
         }
-        client.pending = Nodes::default();
+        client.pending = [None; NODES];
         let granted = client.standing.granted();
         if granted.len() >= QUORUM {
             hold(s, c, granted, true);
@@ -1035,7 +1092,7 @@ impl FairModel {
         let offer = self.offer(client);
         let mut replies = [None; NODES];
         for (node, reply) in nodes.iter_mut().zip(&mut replies) {
-            *reply = Some(self.round_script(node, client.value(c), offer));
+            *reply = Some(self.round_script(node, client.value(c), offer).0);
         }
         let mut standing = client.standing;
         standing.round(replies, self.keeps_standing());
