@@ -129,8 +129,11 @@ impl<'a> Waiting<'a> {
             // A release notice names the released value, and waiters treat a value as one
             // release: a retry must not release the same value again (see `line`).
             Waiting::Notices(_) => true,
-            // A waiter is known in line by its value; it keeps it while it waits.
-            Waiting::Fair(_) => false,
+            // A waiter is known in line by its value; it keeps it while it waits. After a
+            // retreat it joins anew with a fresh one: grant notices for the keys the retreat gave
+            // back, kept by the hub or late, name the old value and so cannot count as hand-offs
+            // of the new places.
+            Waiting::Fair(fair) => fair.retreated(),
         }
     }
 

@@ -23,6 +23,10 @@ pub enum Variant {
     /// A node gives a waiter that is new to its line the ticket the waiter offers, even one at or
     /// below tickets it gave before (no "counter + 1").
     OfferAsIs,
+    /// A waiter that stood in line and then hears of a higher ticket of its own on some node (its
+    /// reply was missed when it stood) moves back to it everywhere, as the code did: it may then
+    /// stand behind a waiter that joined after it stood.
+    AlignAfterStanding,
     /// A waiter whose tickets differ offers its lowest ticket instead of its highest; nodes still
     /// move a waiter only back, so its places never change.
     AlignDown,
@@ -35,6 +39,16 @@ pub enum Variant {
     /// A waiter in line sends no renewal round: it waits for grant notices alone (the code renews
     /// its place before it expires, and that round is also what finds a lock left free).
     NoticesOnly,
+    /// A waiter that retreated starts over with the same value when every node answered its
+    /// release (as the code did): grant notices for the places it gave back, kept by its hub or
+    /// late, then count as hand-offs of its new places.
+    SameValueAfterRetreat,
+    /// A proposed fix, not implemented: a grant notice also carries the ticket the waiter had in
+    /// line on that node, and counts as a hand-off only where the waiter's place has that
+    /// ticket; elsewhere only a round can confirm it. (The code counts a notice from any node
+    /// where it is in line, so a notice for a key its round since passed on out of turn still
+    /// counts.)
+    TicketedGrants,
 }
 
 /// Which clients may crash (up to `FairModel::crashes` of them).
@@ -83,16 +97,8 @@ impl Nodes {
         self.0 & (1 << n) != 0
     }
 
-    pub fn insert(&mut self, n: usize) {
-        self.0 |= 1 << n;
-    }
-
     pub fn len(self) -> usize {
         self.0.count_ones() as usize
-    }
-
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
     }
 
     pub fn iter(self) -> impl Iterator<Item = usize> {
@@ -173,33 +179,86 @@ pub enum Msg {
     },
     /// The fair `RELEASE` script (unlock, leaving the line, giving back hand-offs).
     Release { to: usize, value: Value },
-    /// A grant notice: node `from` handed the lock to `value`; `hint` is its ticket counter.
-    Grant { from: usize, value: Value, hint: u8 },
+    /// A grant notice: node `from` handed the lock to `value`; `hint` is its ticket counter,
+    /// `ticket` the ticket `value` had in line there (`TicketedGrants` only; 0 otherwise, as the
+    /// code's notices do not carry it).
+    Grant {
+        from: usize,
+        value: Value,
+        hint: u8,
+        ticket: u8,
+    },
 }
 
-/// The messages in flight: a set, kept sorted so that equal networks are equal states.
+/// The messages in flight, kept in a canonical order so that equal networks are equal states.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Network(Vec<Msg>);
+pub struct Network {
+    /// Requests to nodes: sorted, or, where each node takes them in the order they were sent
+    /// (`FairModel::reorders`), grouped by node in that order.
+    requests: Vec<Msg>,
+    /// Grant notices: sorted.
+    notices: Vec<Msg>,
+    /// Whether `requests` keeps the order of sending.
+    in_order: bool,
+}
+
+/// The node a request goes to.
+fn node_of(msg: Msg) -> Option<usize> {
+    match msg {
+        Msg::Round { to, .. } | Msg::Release { to, .. } => Some(to),
+        Msg::Grant { .. } => None,
+    }
+}
 
 impl Network {
+    /// An empty network; `in_order`: it keeps the order in which requests to a node were sent.
+    pub fn new(in_order: bool) -> Network {
+        Network {
+            in_order,
+            ..Network::default()
+        }
+    }
+
+    /// Whether it keeps the order in which requests to a node were sent.
+    pub fn in_order(&self) -> bool {
+        self.in_order
+    }
+
     pub fn send(&mut self, msg: Msg) {
-        if let Err(at) = self.0.binary_search(&msg) {
-            self.0.insert(at, msg);
+        match node_of(msg) {
+            Some(_) if self.requests.contains(&msg) => {}
+            Some(to) if self.in_order => {
+                let at = self
+                    .requests
+                    .partition_point(|&m| node_of(m).is_some_and(|n| n <= to));
+                self.requests.insert(at, msg);
+            }
+            Some(_) => insert_sorted(&mut self.requests, msg),
+            None => insert_sorted(&mut self.notices, msg),
         }
     }
 
     pub fn take(&mut self, msg: Msg) {
-        if let Ok(at) = self.0.binary_search(&msg) {
-            self.0.remove(at);
-        }
+        self.requests.retain(|&m| m != msg);
+        self.notices.retain(|&m| m != msg);
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Msg> + '_ {
-        self.0.iter().copied()
+        self.requests.iter().chain(&self.notices).copied()
     }
 
-    fn retain(&mut self, keep: impl FnMut(&Msg) -> bool) {
-        self.0.retain(keep);
+    fn retain(&mut self, mut keep: impl FnMut(&Msg) -> bool) {
+        self.requests.retain(&mut keep);
+        self.notices.retain(keep);
+    }
+
+    /// Whether landing `msg` now would overtake a request sent to its node before it (only
+    /// known where the network keeps the order of sending).
+    pub fn overtakes(&self, msg: Msg) -> bool {
+        let Some(to) = node_of(msg) else {
+            return false;
+        };
+        self.in_order && self.requests.iter().find(|&&m| node_of(m) == Some(to)) != Some(&msg)
     }
 
     /// Whether `msg` is the next to land of its connection: a client sends its requests to one
@@ -232,6 +291,12 @@ impl Network {
     }
 }
 
+fn insert_sorted(msgs: &mut Vec<Msg>, msg: Msg) {
+    if let Err(at) = msgs.binary_search(&msg) {
+        msgs.insert(at, msg);
+    }
+}
+
 /// What a waiter knows of one node (`Standing` in `src/waiting/fair.rs`: `granted`, or `renewed`
 /// with `tickets`, or neither).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -256,26 +321,54 @@ pub struct Standing {
     pub known: [Known; NODES],
     /// A grant notice came from a node with neither a renewal nor a grant known.
     pub unconfirmed: bool,
+    /// The ticket it stood in line with, on a quorum: from then on it offers this one, and
+    /// never moves back.
+    pub stood: Option<u8>,
 }
 
 impl Standing {
-    /// `Standing::round`: a reply overwrites what was known; no reply keeps it.
-    fn round(&mut self, replies: [Option<Reply>; NODES]) {
+    /// `Standing::round`: a reply overwrites what was known; no reply keeps a place in line, but
+    /// not a key (the round may pass it on where someone is ahead of its offer). Then the ticket
+    /// it stands with: the one every node it reached gave it, once those are a quorum; kept
+    /// while the nodes where it has that ticket (or the key) are a quorum. `keep`: it keeps its
+    /// ticket once it stood (`AlignAfterStanding` does not).
+    fn round(&mut self, replies: [Option<Reply>; NODES], keep: bool) {
         self.unconfirmed = false;
         for (known, reply) in self.known.iter_mut().zip(replies) {
             match reply {
                 Some(Reply::Granted) => *known = Known::Granted,
                 Some(Reply::InLine(ticket)) => *known = Known::InLine(ticket),
+                // The round may have passed the key on, out of turn, and may still land.
+                None if *known == Known::Granted => *known = Known::Nothing,
                 None => {}
             }
         }
+        let reached = self.known.iter().filter(|&&k| k != Known::Nothing).count();
+        let highest = self.highest();
+        self.stood = match self.stood {
+            Some(ticket) if keep && self.holding(ticket) >= QUORUM => Some(ticket),
+            _ if reached >= QUORUM && self.tickets().all(|t| Some(t) == highest) => highest,
+            _ => None,
+        };
+    }
+
+    /// Nodes where it stands with `ticket`, or holds the key.
+    fn holding(&self, ticket: u8) -> usize {
+        self.known
+            .iter()
+            .filter(|&&k| k == Known::Granted || k == Known::InLine(ticket))
+            .count()
     }
 
     /// `Standing::handed`: a place in line known there becomes a grant; with nothing known, only
-    /// a round can confirm it.
-    fn handed(&mut self, n: usize, trust_every_grant: bool) {
+    /// a round can confirm it. `ticket`: the ticket the notice says the place had
+    /// (`TicketedGrants`); a place with another ticket also needs a round.
+    fn handed(&mut self, n: usize, ticket: Option<u8>, trust_every_grant: bool) {
         match self.known[n] {
-            Known::InLine(_) => self.known[n] = Known::Granted,
+            Known::InLine(t) if ticket.is_none_or(|ticket| ticket == t) => {
+                self.known[n] = Known::Granted;
+            }
+            Known::InLine(_) => self.unconfirmed = true,
             Known::Nothing if trust_every_grant => self.known[n] = Known::Granted,
             Known::Nothing => self.unconfirmed = true,
             Known::Granted => {}
@@ -295,9 +388,15 @@ impl Standing {
         })
     }
 
-    /// `Standing::ticket`: the highest ticket anywhere.
-    pub fn ticket(&self) -> Option<u8> {
+    /// The highest ticket anywhere.
+    pub fn highest(&self) -> Option<u8> {
         self.tickets().max()
+    }
+
+    /// `Standing::ticket`, the ticket its rounds offer: the one it stood with, else the highest
+    /// anywhere.
+    pub fn ticket(&self) -> Option<u8> {
+        self.stood.or_else(|| self.highest())
     }
 
     fn lowest(&self) -> Option<u8> {
@@ -311,13 +410,12 @@ impl Standing {
             .iter()
             .filter(|&&known| known != Known::Nothing)
             .count();
-        let ticket = self.ticket();
         if reached < QUORUM {
             Next::Retreat
-        } else if self.tickets().any(|t| Some(t) != ticket) {
-            Next::Align
-        } else {
+        } else if self.stood.is_some() || self.tickets().all(|t| Some(t) == self.highest()) {
             Next::Wait
+        } else {
+            Next::Align
         }
     }
 }
@@ -366,7 +464,7 @@ pub struct Client {
     /// Nodes whose grant notices for the current value arrived but were not yet taken in: the
     /// hub keeps them (under the waiter's turn, or unclaimed until its first wait) until the
     /// waiter looks at its news, which it does only while waiting.
-    pub pending: Nodes,
+    pub pending: [Option<u8>; NODES],
     /// The highest ticket the client heard of (its offer to join is one above).
     pub heard: u8,
     /// Rounds sent in this call (only counted where the call has a budget of rounds).
@@ -419,6 +517,8 @@ pub struct State {
     pub net: Network,
     /// Timeouts so far.
     pub timeouts: u8,
+    /// Requests that overtook earlier ones to their node so far (see `FairModel::reorders`).
+    pub reorders: u8,
     /// Ghost record: `(c, a)` when `c` began to hold while `a` was ahead of it (see `ahead`).
     pub overtakes: Vec<(u8, u8)>,
 }
@@ -440,8 +540,7 @@ pub enum Action {
     Renew(u8),
     /// The align round of a client whose tickets differ (progress checks only).
     Align(u8),
-    /// A retreated client starts over: with the same value if every node answered its release,
-    /// else with a fresh one.
+    /// A retreated client starts over, with a fresh value.
     Restart(u8),
     /// The holder unlocks.
     Unlock(u8),
@@ -472,6 +571,11 @@ pub struct FairModel {
     pub timeouts: u8,
     /// A round's script may run and its reply be lost.
     pub lost_replies: bool,
+    /// `None`: a node takes requests in any order (those of one connection in the order sent).
+    /// `Some(n)`: a node takes requests in the order they were sent to it, but `n` times in all a
+    /// request may overtake requests sent before it (of other connections), as one delayed on
+    /// its way does.
+    pub reorders: Option<u8>,
     /// A holder's keys may expire while it holds (it paused past its lease, say).
     pub lapses: bool,
     /// A node whose line is empty may forget its ticket counter (the line's keys expired).
@@ -507,7 +611,7 @@ impl Model for FairModel {
             phase: Phase::Idle,
             replies: [None; NODES],
             standing: Standing::default(),
-            pending: Nodes::default(),
+            pending: [None; NODES],
             heard: 0,
             rounds: 0,
             stood: false,
@@ -517,8 +621,9 @@ impl Model for FairModel {
         let mut s = State {
             nodes: Default::default(),
             clients: vec![idle; self.budgets.len()],
-            net: Network::default(),
+            net: Network::new(self.reorders.is_some()),
             timeouts: 0,
+            reorders: 0,
             overtakes: Vec::new(),
         };
         if self.holder {
@@ -575,6 +680,9 @@ impl Model for FairModel {
             if !s.net.first_in_line(msg) {
                 continue;
             }
+            if s.net.overtakes(msg) && s.reorders >= self.reorders.unwrap_or(0) {
+                continue;
+            }
             actions.push(Action::Deliver(msg));
             if let Msg::Round { value, round, .. } = msg {
                 let client = &s.clients[usize::from(value.client)];
@@ -606,10 +714,12 @@ impl Model for FairModel {
                 self.start_round(&mut s, c, true);
             }
             Action::Deliver(msg) => {
+                s.reorders += u8::from(s.net.overtakes(msg));
                 s.net.take(msg);
                 self.deliver(&mut s, msg, true);
             }
             Action::DeliverUnheard(msg) => {
+                s.reorders += u8::from(s.net.overtakes(msg));
                 s.net.take(msg);
                 self.deliver(&mut s, msg, false);
             }
@@ -620,12 +730,14 @@ impl Model for FairModel {
             Action::Renew(c) | Action::Align(c) => self.start_round(&mut s, c, false),
             Action::Restart(c) => {
                 let client = &mut s.clients[usize::from(c)];
-                if s.net.releasing(client.value(c)) {
-                    // The release timed out somewhere: a fresh value, so that it cannot land on
-                    // the next round's keys (src/acquire.rs). Hand-offs to the old value no
-                    // longer count (`Turn::rename`).
+                let same_value = self.variant == Variant::SameValueAfterRetreat;
+                if s.net.releasing(client.value(c)) || !same_value {
+                    // A fresh value: a release that timed out somewhere cannot land on the next
+                    // round's keys (src/acquire.rs), and hand-offs to the old value, which the
+                    // retreat gave back, no longer count (`Turn::rename`), however late their
+                    // notices come.
                     client.attempt += 1;
-                    client.pending = Nodes::default();
+                    client.pending = [None; NODES];
                 }
                 self.start_round(&mut s, c, true);
             }
@@ -816,6 +928,20 @@ impl FairModel {
         }
     }
 
+    /// The ticket a grant notice carries for a head that had `ticket` (see `Msg::Grant`).
+    fn notice_ticket(&self, ticket: u8) -> u8 {
+        if self.variant == Variant::TicketedGrants {
+            ticket
+        } else {
+            0
+        }
+    }
+
+    /// Whether a waiter that stood keeps its ticket (see `Standing::round`).
+    fn keeps_standing(&self) -> bool {
+        self.variant != Variant::AlignAfterStanding
+    }
+
     /// The ticket a client's next round offers (`FairWait::op`): in line, its highest ticket;
     /// joining, one above the highest it heard of.
     fn offer(&self, client: &Client) -> u8 {
@@ -835,7 +961,16 @@ impl FairModel {
                 round,
                 offer,
             } => {
-                let reply = self.round_script(&mut s.nodes[to], value, offer);
+                let hint = s.nodes[to].counter;
+                let (reply, passed) = self.round_script(&mut s.nodes[to], value, offer);
+                if let Some((ticket, head)) = passed {
+                    s.net.send(Msg::Grant {
+                        from: to,
+                        value: head,
+                        hint,
+                        ticket: self.notice_ticket(ticket),
+                    });
+                }
                 let c = value.client;
                 let client = &mut s.clients[usize::from(c)];
                 if heard && client.waits_for(value, round) {
@@ -853,7 +988,7 @@ impl FairModel {
                 if node.lock == Some(value) {
                     node.lock = None;
                     // Expired entries are gone already (an expiry is a step of its own).
-                    if let Some(head) = node.head() {
+                    if let Some(&(ticket, head)) = node.line.first() {
                         node.lock = Some(head);
                         node.remove(head);
                         let hint = node.counter;
@@ -861,16 +996,22 @@ impl FairModel {
                             from: to,
                             value: head,
                             hint,
+                            ticket: self.notice_ticket(ticket),
                         });
                     }
                     // Without a head, a plain release notice: it only makes a waiter start a
                     // round sooner, which a renewal may do at any step (not modelled).
                 }
             }
-            Msg::Grant { from, value, hint } => {
+            Msg::Grant {
+                from,
+                value,
+                hint,
+                ticket,
+            } => {
                 let client = &mut s.clients[usize::from(value.client)];
                 client.heard = client.heard.max(hint);
-                client.pending.insert(from);
+                client.pending[from] = Some(ticket);
                 if client.phase == Phase::Waiting {
                     self.news(s, value.client);
                 }
@@ -879,15 +1020,33 @@ impl FairModel {
     }
 
     /// The `ROUND` script on one node.
-    pub fn round_script(&self, node: &mut Node, value: Value, offer: u8) -> Reply {
+    ///
+    /// A waiter whose key is held out of turn there (someone is ahead of its offer) passes it to
+    /// the head, as a release would, and stands at its offer: the head it was handed to comes
+    /// second (the node publishes a grant notice for it).
+    pub fn round_script(
+        &self,
+        node: &mut Node,
+        value: Value,
+        offer: u8,
+    ) -> (Reply, Option<(u8, Value)>) {
         if node.lock == Some(value) {
+            if let Some(&(ticket, head)) = node.line.first()
+                && (ticket, head) < (offer, value)
+            {
+                node.lock = Some(head);
+                node.remove(head);
+                node.place(value, offer);
+                node.counter = node.counter.max(offer);
+                return (Reply::InLine(offer), Some((ticket, head)));
+            }
             node.remove(value);
-            return Reply::Granted;
+            return (Reply::Granted, None);
         }
         if node.lock.is_none() && node.head().is_none_or(|head| head == value) {
             node.lock = Some(value);
             node.remove(value);
-            return Reply::Granted;
+            return (Reply::Granted, None);
         }
         let ticket = match node.ticket_of(value) {
             Some(ticket) => {
@@ -912,7 +1071,7 @@ impl FairModel {
             }
         };
         node.counter = node.counter.max(ticket);
-        Reply::InLine(ticket)
+        (Reply::InLine(ticket), None)
     }
 
     /// The round of client `c` ends with the replies it has (`FairWait::observe`, then the
@@ -927,8 +1086,8 @@ impl FairModel {
         let granted: Nodes = (0..NODES)
             .filter(|&n| replies[n] == Some(Reply::Granted))
             .collect();
-        client.standing.round(replies);
-        client.heard = client.heard.max(client.standing.ticket().unwrap_or(0));
+        client.standing.round(replies, self.keeps_standing());
+        client.heard = client.heard.max(client.standing.highest().unwrap_or(0));
         let next = client.standing.next();
         if granted.len() >= QUORUM {
             // The validity is assumed positive: a slow client only delays what follows.
@@ -966,10 +1125,13 @@ impl FairModel {
     fn news(&self, s: &mut State, c: u8) {
         let client = &mut s.clients[usize::from(c)];
         let trust = self.variant == Variant::TrustEveryGrant;
-        for n in client.pending.iter() {
-            client.standing.handed(n, trust);
+        let ticketed = self.variant == Variant::TicketedGrants;
+        for (n, ticket) in client.pending.into_iter().enumerate() {
+            if let Some(ticket) = ticket {
+                client.standing.handed(n, ticketed.then_some(ticket), trust);
+            }
         }
-        client.pending = Nodes::default();
+        client.pending = [None; NODES];
         let granted = client.standing.granted();
         if granted.len() >= QUORUM {
             hold(s, c, granted, true);
@@ -987,10 +1149,10 @@ impl FairModel {
         let offer = self.offer(client);
         let mut replies = [None; NODES];
         for (node, reply) in nodes.iter_mut().zip(&mut replies) {
-            *reply = Some(self.round_script(node, client.value(c), offer));
+            *reply = Some(self.round_script(node, client.value(c), offer).0);
         }
         let mut standing = client.standing;
-        standing.round(replies);
+        standing.round(replies, self.keeps_standing());
         nodes != s.nodes || standing != client.standing
     }
 }

@@ -84,8 +84,13 @@ fn event(model: &FairModel, s: &State, after: &State, action: Action) -> String 
             };
             format!("n{to} runs release({value}): {did}")
         }
-        Action::Deliver(Msg::Grant { from, value, hint }) => {
-            format!("{value} hears n{from}'s grant notice (counter {hint})")
+        Action::Deliver(Msg::Grant {
+            from,
+            value,
+            hint,
+            ticket,
+        }) => {
+            format!("{value} hears n{from}'s grant notice (counter {hint}, ticket {ticket})")
         }
         Action::Timeout(c) => format!(
             "{} times out{}",
@@ -112,8 +117,13 @@ fn script(model: &FairModel, s: &State, after: &State, msg: Msg, heard: bool) ->
     else {
         unreachable!("only rounds have scripts with replies")
     };
-    let reply = model.round_script(&mut s.nodes[to].clone(), value, offer);
-    let did = if s.nodes[to].lock == Some(value) {
+    let (reply, passed) = model.round_script(&mut s.nodes[to].clone(), value, offer);
+    let did = if let Some(head) = passed {
+        format!(
+            "PASSES its key to {} (out of turn), places it at {offer}",
+            head.1
+        )
+    } else if s.nodes[to].lock == Some(value) {
         "extends its key".to_owned()
     } else if after.nodes[to].lock == Some(value) {
         "takes the key".to_owned()
@@ -125,8 +135,13 @@ fn script(model: &FairModel, s: &State, after: &State, msg: Msg, heard: bool) ->
         }
     };
     let lost = if heard { "" } else { " (reply lost)" };
+    let late = if s.net.overtakes(msg) {
+        " (ahead of earlier requests)"
+    } else {
+        ""
+    };
     format!(
-        "n{to} runs round({value}, offer {offer}): {did}, {}{lost}{}",
+        "n{to} runs round({value}, offer {offer}){late}: {did}, {}{lost}{}",
         reply_name(reply),
         ended(s, after, value.client).unwrap_or_default()
     )
@@ -182,7 +197,7 @@ fn holds(before: &State, after: &State) -> String {
             };
             out.push_str(&format!("; {} HOLDS on {quorum} {how}{stale}", a.value(c)));
         }
-        if a.phase == Phase::Waiting && a.pending.is_empty() && !b.pending.is_empty() {
+        if a.phase == Phase::Waiting && a.pending == [None; NODES] && b.pending != [None; NODES] {
             out.push_str(&format!(
                 "; {} takes in its notices [{}]",
                 a.value(c),

@@ -38,7 +38,7 @@ fn rename(s: &State, to: &[usize; NODES]) -> State {
     for (n, node) in s.nodes.iter().enumerate() {
         nodes[to[n]] = node.clone();
     }
-    let mut net = Network::default();
+    let mut net = Network::new(s.net.in_order());
     for msg in s.net.iter() {
         net.send(match msg {
             Msg::Round {
@@ -53,10 +53,16 @@ fn rename(s: &State, to: &[usize; NODES]) -> State {
                 offer,
             },
             Msg::Release { to: n, value } => Msg::Release { to: to[n], value },
-            Msg::Grant { from, value, hint } => Msg::Grant {
+            Msg::Grant {
+                from,
+                value,
+                hint,
+                ticket,
+            } => Msg::Grant {
                 from: to[from],
                 value,
                 hint,
+                ticket,
             },
         });
     }
@@ -65,6 +71,7 @@ fn rename(s: &State, to: &[usize; NODES]) -> State {
         clients: s.clients.iter().map(|c| rename_client(c, to)).collect(),
         net,
         timeouts: s.timeouts,
+        reorders: s.reorders,
         overtakes: s.overtakes.clone(),
     }
 }
@@ -74,8 +81,8 @@ fn rename_client(c: &Client, to: &[usize; NODES]) -> Client {
     for (n, &new) in to.iter().enumerate() {
         renamed.replies[new] = c.replies[n];
         renamed.standing.known[new] = c.standing.known[n];
+        renamed.pending[new] = c.pending[n];
     }
-    renamed.pending = rename_nodes(c.pending, to);
     if let Phase::Holding { quorum, .. } = &mut renamed.phase {
         *quorum = rename_nodes(*quorum, to);
     }
