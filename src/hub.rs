@@ -55,7 +55,7 @@ struct Waiters {
     turns: HashMap<String, Handed>,
     /// Hand-offs to fingerprints nobody here claimed: a call whose round joined the line a moment
     /// ago claims them when it takes its turn.
-    unclaimed: VecDeque<(String, usize)>,
+    unclaimed: VecDeque<(String, Grant)>,
     /// The highest ticket the name's notices mentioned.
     latest_ticket: u64,
     /// Since when nobody waits.
@@ -67,10 +67,19 @@ struct Waiters {
 /// What the notices told one fair waiter since it last looked.
 struct Handed {
     id: WaiterId,
-    /// Nodes that handed it the lock.
-    nodes: Vec<usize>,
+    /// The hand-offs to it.
+    nodes: Vec<Grant>,
     /// A node freed the lock without handing it to anyone: a round may find it free.
     freed: bool,
+}
+
+/// A hand-off a node's notice told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub node: usize,
+    /// The ticket the waiter's place had there when the node handed it the lock; `None` from
+    /// releases that do not say (redmutex before it did).
+    pub ticket: Option<u64>,
 }
 
 /// How many unclaimed hand-offs a name remembers.
@@ -269,20 +278,24 @@ impl Hub {
             return;
         };
         if let Some(grant) = payload.strip_prefix(&[GRANT_MARK]) {
-            let Some((fingerprint, ticket)) = parse_grant(grant) else {
+            let Some((fingerprint, counter, place)) = parse_grant(grant) else {
                 return;
             };
-            waiters.latest_ticket = waiters.latest_ticket.max(ticket);
+            waiters.latest_ticket = waiters.latest_ticket.max(counter);
+            let grant = Grant {
+                node,
+                ticket: place,
+            };
             let woken = match waiters.turns.get_mut(fingerprint) {
                 Some(handed) => {
-                    handed.nodes.push(node);
+                    handed.nodes.push(grant);
                     Some(handed.id)
                 }
                 None => {
                     if waiters.unclaimed.len() == UNCLAIMED {
                         waiters.unclaimed.pop_front();
                     }
-                    waiters.unclaimed.push_back((fingerprint.to_owned(), node));
+                    waiters.unclaimed.push_back((fingerprint.to_owned(), grant));
                     None
                 }
             };
@@ -338,20 +351,27 @@ impl Hub {
     }
 }
 
-/// Reads a hand-off notice after its mark: the fingerprint of the new holder's value, a space,
-/// and the node's latest ticket.
-fn parse_grant(grant: &[u8]) -> Option<(&str, u64)> {
+/// Reads a hand-off notice after its mark: the fingerprint of the new holder's value, the node's
+/// latest ticket, and the ticket the new holder's place had (absent from older releases),
+/// separated by spaces.
+fn parse_grant(grant: &[u8]) -> Option<(&str, u64, Option<u64>)> {
     let text = std::str::from_utf8(grant).ok()?;
-    let (fingerprint, ticket) = text.split_once(' ')?;
-    Some((fingerprint, ticket.parse().ok()?))
+    let mut words = text.split(' ');
+    let fingerprint = words.next()?;
+    let counter = words.next()?.parse().ok()?;
+    let place = match words.next() {
+        Some(place) => Some(place.parse().ok()?),
+        None => None,
+    };
+    Some((fingerprint, counter, place))
 }
 
 /// Moves the hand-offs to `fingerprint` that nobody had claimed into `handed`.
-fn claim(unclaimed: &mut VecDeque<(String, usize)>, fingerprint: &str, handed: &mut Handed) {
-    unclaimed.retain(|(unclaimed, node)| {
+fn claim(unclaimed: &mut VecDeque<(String, Grant)>, fingerprint: &str, handed: &mut Handed) {
+    unclaimed.retain(|(unclaimed, grant)| {
         let ours = unclaimed == fingerprint;
         if ours {
-            handed.nodes.push(*node);
+            handed.nodes.push(*grant);
         }
         !ours
     });
@@ -379,6 +399,15 @@ impl Subscribing {
 mod tests {
     use super::*;
     use crate::quorum::quorum;
+
+    #[test]
+    fn grants_carry_the_counter_and_the_place_s_ticket() {
+        assert_eq!(parse_grant(b"ab12 9 7"), Some(("ab12", 9, Some(7))));
+        // From a release that names no ticket: the notice alone cannot count.
+        assert_eq!(parse_grant(b"ab12 9"), Some(("ab12", 9, None)));
+        assert_eq!(parse_grant(b"ab12 9 x"), None);
+        assert_eq!(parse_grant(b"ab12"), None);
+    }
 
     /// A hub whose listeners are gone: commands to them are dropped.
     fn hub(nodes: usize) -> Arc<Hub> {

@@ -35,10 +35,11 @@
 //! - A round's script passes a key its waiter holds out of turn to the waiter ahead of it (the
 //!   ROUND script, modelled). A waiter whose align round passed on keys the holder's release had
 //!   just handed it takes in the grant notices of those hand-offs after the round, finds itself
-//!   in line there, and counts them: two holders (`Implemented`, asserted broken). Notices that
-//!   name the ticket the place had, counted only where the place still has it
-//!   (`TicketedGrants`, a proposal: the RELEASE and ROUND scripts' notices would carry it), pass
-//!   this configuration and the late-reply one.
+//!   in line there, and counts them: two holders (`UnticketedGrants`, as the code was; asserted
+//!   broken). The code's notices now name the ticket the place had, and count only where the
+//!   place still has it (`Implemented`): that passes this configuration and the late-reply one.
+//!   (The code is stricter still: a notice from a node whose last round went unanswered waits
+//!   for a round too.)
 //! - A holder's round that timed out may still land and pass a key of its quorum on: a key whose
 //!   round went unanswered no longer counts (the code now forgets it, see `Standing::round`).
 //! - A node that gives a joiner the ticket it offers as it is (no "counter + 1") lets a later
@@ -282,10 +283,10 @@ fn a_waiter_that_moves_back_after_standing_can_be_overtaken() {
 #[test]
 #[ignore = "minutes: cargo test --release --test model_fair -- --ignored --nocapture"]
 fn a_waiter_that_keeps_the_ticket_it_stood_with_is_not_overtaken() {
-    // With grant notices that name the ticket (not implemented yet: see below), since keys
-    // passed on out of turn break exclusion in this configuration otherwise.
+    // Grant notices that name the ticket matter here: keys passed on out of turn break
+    // exclusion in this configuration otherwise (see below).
     let model = FairModel {
-        variant: Variant::TicketedGrants,
+        variant: Variant::Implemented,
         ..late_reply()
     };
     let run = check_depth_first_unreduced(model, &[]);
@@ -297,6 +298,7 @@ fn a_waiter_that_keeps_the_ticket_it_stood_with_is_not_overtaken() {
 /// release hands a key to the one that moves back.
 fn passed_keys() -> FairModel {
     FairModel {
+        variant: Variant::UnticketedGrants,
         budgets: &[0, 3, 3],
         reorders: Some(1),
         ..small()
@@ -323,7 +325,7 @@ fn a_key_passed_on_out_of_turn_is_still_counted_from_its_grant_notice() {
 #[ignore = "seconds: cargo test --release --test model_fair -- --ignored --nocapture"]
 fn grant_notices_that_name_the_ticket_are_not_taken_for_keys_passed_on() {
     let model = FairModel {
-        variant: Variant::TicketedGrants,
+        variant: Variant::Implemented,
         ..passed_keys()
     };
     let run = check_depth_first_unreduced(model, &[]);
@@ -383,7 +385,7 @@ fn explore() {
             Some("notices") => Variant::NoticesOnly,
             Some("same") => Variant::SameValueAfterRetreat,
             Some("align") => Variant::AlignAfterStanding,
-            Some("ticket") => Variant::TicketedGrants,
+            Some("unticketed") => Variant::UnticketedGrants,
             _ => Variant::Implemented,
         },
         holder: true,
@@ -461,7 +463,7 @@ fn every_waiter_is_served_when_nobody_fails() {
 #[ignore = "about a minute: cargo test --release --test model_fair -- --ignored --nocapture"]
 fn every_live_waiter_is_served_when_the_head_or_the_holder_crashes() {
     let model = FairModel {
-        variant: Variant::TicketedGrants,
+        variant: Variant::Implemented,
         progress: true,
         crashes: 1,
         crashing: Crashing::HeadOrHolder,

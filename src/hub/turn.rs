@@ -7,7 +7,7 @@ use tokio::sync::Notify;
 
 use crate::line::WaiterId;
 
-use super::{Handed, Hub, claim};
+use super::{Grant, Handed, Hub, claim};
 
 /// One fair `lock()` call's slot in its client's hub: the hand-offs the notices reported for it,
 /// and the latest ticket they mentioned.
@@ -43,8 +43,8 @@ impl Turn {
         self.wake.notified().await;
     }
 
-    /// The nodes that handed us the lock since the last call, and whether a node freed it.
-    pub(crate) fn take_news(&self) -> (Vec<usize>, bool) {
+    /// The hand-offs to us since the last call, and whether a node freed the lock.
+    pub(crate) fn take_news(&self) -> (Vec<Grant>, bool) {
         let mut state = self.hub.state();
         let handed = state
             .names

@@ -28,19 +28,22 @@ end
     };
 }
 
-/// `hand_off(head, ticket)`: sets the key (deleted by the caller) to the head's value for what is
-/// left of the head's entry, takes the head out of the line, and names it in a grant notice.
+/// `hand_off(head)`: sets the key (deleted by the caller) to the head's value for what is left
+/// of the head's entry, takes the head out of the line, and names it in a grant notice, with the
+/// ticket its place had: a round of the head's may pass the key on before the head reads the
+/// notice, and put it back in line with another ticket (see `waiting::fair::Standing::handed`).
 macro_rules! hand_off {
     () => {
         r#"
 local function hand_off(head)
   local left = tonumber(redis.call('ZSCORE', KEYS[3], head)) - now
+  local place = tonumber(redis.call('ZSCORE', KEYS[2], head))
   redis.call('SET', KEYS[1], head, 'PX', left)
   redis.call('ZREM', KEYS[2], head)
   redis.call('ZREM', KEYS[3], head)
   local counter = redis.call('GET', KEYS[4]) or '0'
   redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1],
-    '\0' .. redis.sha1hex(head) .. ' ' .. counter)
+    '\0' .. redis.sha1hex(head) .. ' ' .. counter .. ' ' .. string.format('%d', place))
 end
 "#
     };
@@ -160,7 +163,8 @@ return {0, ticket}
 
 /// Marks a notice that hands the lock to a waiter, as opposed to one that frees it (whose
 /// payload is the released value; lock values never contain NUL). The fingerprint of the new
-/// holder's value and the node's ticket counter follow, separated by a space.
+/// holder's value, the node's ticket counter and the ticket the new holder's place had follow,
+/// separated by spaces.
 pub(crate) const GRANT_MARK: u8 = 0;
 
 /// Leaves the line, and releases the lock if it holds our value, handing it to the head of the
@@ -169,8 +173,8 @@ pub(crate) const GRANT_MARK: u8 = 0;
 /// The hand-off sets the key to the head's value for what is left of the head's entry: the head
 /// renewed its entry at a moment it knows, so it knows how long the key lives without asking
 /// (see `waiting::fair`). The notice names the head by the SHA1 of its value, never the value
-/// itself (a capability), and carries the node's ticket counter as a hint for later joiners.
-/// Without a head the notice is the plain release notice. Replies as `RELEASE` does.
+/// itself (a capability), and carries the node's ticket counter (a hint for later joiners) and
+/// the ticket the head's place had. Without a head the notice is the plain release notice. Replies as `RELEASE` does.
 pub(crate) const RELEASE: &str = concat!(
     release_without_line!(),
     clock_and_sweep!(),

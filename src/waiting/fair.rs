@@ -31,7 +31,14 @@
 //!   the waiter renewed that entry in a round that began at a moment it knows, so it knows how long
 //!   each handed key lives without asking, and counts validity from there (expiry minus drift, as
 //!   for any lock). Fair waiting only adds reasons to refuse; it never sets a key a plain acquire
-//!   would not, except to the head, which is then the only one that can hold it there.
+//!   would not, except to the head, which is then the only one that can hold it there. What a
+//!   waiter counts as its keys must be its keys: a grant notice names the ticket of the place it
+//!   was handed for, and counts only where our place has that ticket still (a round of ours may
+//!   have passed that key on since, out of turn, see `Standing::handed`); a waiter that retreats
+//!   joins again with a fresh value, so that notices of hand-offs it gave back cannot count for
+//!   its new places; and a key whose round went unanswered no longer counts (the round may still
+//!   land and pass it on). The model check (`tests/model_fair.rs`) found two holders without
+//!   each of these three.
 //! - *No overtaking.* Say waiter A stands on a quorum `QA` with ticket `a` before waiter C begins
 //!   to join. Every node of `QA` has given ticket `a`, so it gives C a ticket above `a`, and C only
 //!   ever moves back: C is behind A on every node of `QA`. A offers `a` from then on, so it stays
@@ -42,14 +49,8 @@
 //!   waiter does, every third of the expiry) and nodes keep their data. A waiter that is in line
 //!   on a minority only has no such claim: it was never in line for a quorum; nor has one whose
 //!   places with its ticket (and keys) no longer make a quorum (a node forgot it): it aligns to
-//!   its highest ticket and stands anew. A waiter that retreats joins again with a fresh value,
-//!   so that notices of hand-offs it gave back cannot count for its new places, and a key whose
-//!   round went unanswered no longer counts as ours (the round may still land and pass it on).
-//!   Not yet covered: a round that passes on a key handed to us a moment before leaves its grant
-//!   notice behind, which we then count (the model finds two holders; notices that name the
-//!   ticket of the place they hand over would tell the two apart).
-//!   `tests/model_fair.rs` checks order and exclusion in small configurations, with late and
-//!   lost replies.
+//!   its highest ticket and stands anew. `tests/model_fair.rs` checks order and exclusion in
+//!   small configurations, with late and lost replies.
 //! - *Progress.* Once tickets agree, the first live waiter standing on a quorum is first in line
 //!   on every node where it stands, so every release there hands it the lock. A waiter that reaches
 //!   fewer than a quorum of nodes cannot be served and would hold others up where it was handed the
@@ -94,8 +95,11 @@ pub(crate) struct Standing {
     /// the start of the round that took or extended it, or, for a key handed to us, the renewal
     /// of the entry it was handed for.
     granted: Vec<Option<Instant>>,
-    /// A grant notice came from a node we had no renewal time for: a round must confirm it.
+    /// A grant notice came that only a round can confirm.
     unconfirmed: bool,
+    /// Per node: our last round there went unanswered. It may have run, and passed on a key
+    /// handed to us there before it; so a grant notice from that node waits for a definite reply.
+    unanswered: Vec<bool>,
     /// The ticket we stood in line with, once every node we reached (a quorum) gave us the same
     /// one. Our rounds offer it from then on, so that we never move back behind a waiter that
     /// joined after we stood; a node that reports a higher ticket keeps us there.
@@ -135,6 +139,7 @@ impl Standing {
             last_ticket: None,
             granted: vec![None; nodes],
             unconfirmed: false,
+            unanswered: vec![false; nodes],
             stood: None,
         }
     }
@@ -143,6 +148,7 @@ impl Standing {
     pub(crate) fn round(&mut self, started: Instant, replies: &[Reply]) {
         self.unconfirmed = false;
         for (node, reply) in replies.iter().enumerate() {
+            self.unanswered[node] = *reply == Reply::Unknown;
             match *reply {
                 Reply::Granted => {
                     self.granted[node] = Some(started);
@@ -196,13 +202,27 @@ impl Standing {
         self.tickets.iter().flatten().copied().max()
     }
 
-    /// A notice said `node` handed us the lock.
-    pub(crate) fn handed(&mut self, node: usize) {
-        self.tickets[node] = None;
-        match self.renewed[node].take() {
-            Some(renewed) => self.granted[node] = Some(renewed),
-            None if self.granted[node].is_none() => self.unconfirmed = true,
-            None => {}
+    /// A notice said `node` handed us the lock when our place there had `ticket`.
+    ///
+    /// It counts only where we stand in line with that very ticket, as far as our rounds' replies
+    /// tell. A round of ours that ran there after the hand-off may have passed the key on, out of
+    /// turn, to a waiter ahead of the ticket it offered (`scripts::fair::ROUND`), and put us back
+    /// in line with that offer; counting the notice then would make two holders (found by the
+    /// model check, `tests/model_fair.rs`). Such a round either told us our new ticket, which
+    /// differs (a node hands a waiter the key only while nobody is ahead of it, and a later
+    /// waiter's ticket is higher, so only an offer above the old ticket passes the key on), or
+    /// went unanswered. Every other notice needs a round to confirm it.
+    pub(crate) fn handed(&mut self, node: usize, ticket: Option<u64>) {
+        match self.renewed[node] {
+            Some(renewed)
+                if ticket.is_some() && self.tickets[node] == ticket && !self.unanswered[node] =>
+            {
+                self.tickets[node] = None;
+                self.renewed[node] = None;
+                self.granted[node] = Some(renewed);
+            }
+            _ if self.granted[node].is_some() => {}
+            _ => self.unconfirmed = true,
         }
     }
 
@@ -248,6 +268,7 @@ impl Standing {
     /// Forgets everything: after giving back what we had.
     pub(crate) fn clear(&mut self) {
         self.renewed.iter_mut().for_each(|r| *r = None);
+        self.unanswered.iter_mut().for_each(|u| *u = false);
         self.tickets.iter_mut().for_each(|t| *t = None);
         self.last_ticket = None;
         self.granted.iter_mut().for_each(|g| *g = None);
@@ -465,8 +486,8 @@ impl<'a> FairWait<'a> {
     fn news(&mut self) -> Option<Resume> {
         let turn = self.turn.as_ref()?;
         let (handed, freed) = turn.take_news();
-        for node in handed {
-            self.standing.handed(node);
+        for grant in handed {
+            self.standing.handed(grant.node, grant.ticket);
         }
         self.note_partial();
         if let Some(from) = self.standing.held_from() {
@@ -518,7 +539,7 @@ mod tests {
         assert_eq!(standing.next(), Next::Wait);
         assert_eq!(standing.held_from(), None);
         standing.round(t0 + 10 * MS, &[line(4), Reply::Unknown, Reply::Granted]);
-        standing.handed(0);
+        standing.handed(0, Some(4));
         // Node 0 was handed the lock for an entry renewed at t0 + 10 ms, node 2 granted then.
         assert_eq!(standing.held_from(), Some(t0 + 10 * MS));
     }
@@ -528,11 +549,49 @@ mod tests {
         let t0 = Instant::now();
         let mut standing = Standing::new(3, 2);
         standing.round(t0, &[line(4), line(4), line(4)]);
+        standing.round(t0 + 5 * MS, &[line(4), line(4), line(4)]);
+        standing.handed(0, Some(4));
+        standing.handed(1, Some(4));
+        assert_eq!(standing.held_from(), Some(t0 + 5 * MS));
+    }
+
+    #[test]
+    fn a_grant_from_a_node_whose_round_went_unanswered_needs_a_round() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[line(4), line(4), line(4)]);
+        // The second round may have run on node 0 after a hand-off there and passed the key on.
         standing.round(t0 + 5 * MS, &[Reply::Unknown, line(4), line(4)]);
-        standing.handed(0);
-        standing.handed(1);
-        // Node 0's last renewal we know of is t0 (its reply to the second round never came).
-        assert_eq!(standing.held_from(), Some(t0));
+        standing.handed(0, Some(4));
+        standing.handed(1, Some(4));
+        assert_eq!(standing.held_from(), None, "node 0 cannot count");
+        assert!(standing.unconfirmed());
+        standing.round(t0 + 6 * MS, &[Reply::Granted, Reply::Granted, line(4)]);
+        assert_eq!(standing.held_from(), Some(t0 + 6 * MS));
+    }
+
+    /// The model check's two holders: the holder's release hands node 0 to us while our tickets
+    /// differ; our align round offers the higher ticket, so node 0 passes the key on to the
+    /// waiter ahead of that offer and puts us back in line there; the notice of the first
+    /// hand-off comes after the round's reply. It names the ticket our place had, 1, and our
+    /// place there has 3 now: it does not count.
+    #[test]
+    fn a_grant_for_a_key_passed_on_since_does_not_count() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[line(1), line(3), line(3)]);
+        assert_eq!(standing.next(), Next::Align);
+        standing.round(t0 + MS, &[line(3), line(3), line(3)]);
+        standing.handed(0, Some(1));
+        assert_eq!(standing.held_from(), None);
+        assert!(standing.unconfirmed(), "a round finds out");
+        // A notice without a ticket (from an older release) never counts on its own either.
+        standing.handed(1, None);
+        assert_eq!(standing.held_from(), None);
+        // The notice of a hand-off to our present place counts.
+        standing.handed(1, Some(3));
+        standing.handed(2, Some(3));
+        assert_eq!(standing.held_from(), Some(t0 + MS));
     }
 
     #[test]
@@ -540,9 +599,9 @@ mod tests {
         let t0 = Instant::now();
         let mut standing = Standing::new(3, 2);
         standing.round(t0, &[line(1), Reply::Unknown, line(1)]);
-        standing.handed(1);
+        standing.handed(1, Some(1));
         assert!(standing.unconfirmed());
-        standing.handed(0);
+        standing.handed(0, Some(1));
         assert_eq!(standing.held_from(), None, "node 1 cannot count");
         standing.round(t0 + MS, &[Reply::Granted, Reply::Granted, line(1)]);
         assert!(!standing.unconfirmed());
@@ -583,15 +642,15 @@ mod tests {
         let mut standing = Standing::new(5, 3);
         standing.round(t0, &[line(6); 5]);
         assert!(!standing.partial());
-        standing.handed(0);
-        standing.handed(1);
+        standing.handed(0, Some(6));
+        standing.handed(1, Some(6));
         assert!(standing.partial(), "two of five handed over");
-        standing.handed(2);
+        standing.handed(2, Some(6));
         assert!(!standing.partial());
         assert_eq!(standing.held_from(), Some(t0));
         // Every key ours: the ticket is still known, for a round that must pass keys on.
-        standing.handed(3);
-        standing.handed(4);
+        standing.handed(3, Some(6));
+        standing.handed(4, Some(6));
         assert_eq!(standing.ticket(), Some(6));
     }
 
@@ -614,7 +673,7 @@ mod tests {
         let t0 = Instant::now();
         let mut standing = Standing::new(3, 2);
         standing.round(t0, &[Reply::Granted, line(1), line(1)]);
-        standing.handed(1);
+        standing.handed(1, Some(1));
         assert_eq!(standing.held_from(), Some(t0));
         // A renewal lands late on node 0, or never: it may pass the key on there.
         standing.round(t0 + MS, &[Reply::Unknown, Reply::Granted, line(1)]);
@@ -664,7 +723,7 @@ mod tests {
         let t0 = Instant::now();
         let mut standing = Standing::new(3, 2);
         standing.round(t0, &[line(1), line(1), Reply::Unknown]);
-        standing.handed(0);
+        standing.handed(0, Some(1));
         standing.round(t0 + MS, &[Reply::Granted, Reply::Unknown, line(4)]);
         assert_eq!(standing.next(), Next::Wait);
         assert_eq!(standing.ticket(), Some(1));

@@ -18,8 +18,10 @@ pub const QUORUM: usize = NODES / 2 + 1;
 /// What the model runs: the code, or the code with one ingredient changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
-    /// The scripts and the client as implemented.
-    Implemented,
+    /// Grant notices that do not name the ticket the waiter's place had (as the code's did before
+    /// they did): a notice counts as a hand-off on any node where the waiter is in line, so a
+    /// notice for a key its round since passed on out of turn still counts.
+    UnticketedGrants,
     /// A node gives a waiter that is new to its line the ticket the waiter offers, even one at or
     /// below tickets it gave before (no "counter + 1").
     OfferAsIs,
@@ -43,12 +45,10 @@ pub enum Variant {
     /// release (as the code did): grant notices for the places it gave back, kept by its hub or
     /// late, then count as hand-offs of its new places.
     SameValueAfterRetreat,
-    /// A proposed fix, not implemented: a grant notice also carries the ticket the waiter had in
-    /// line on that node, and counts as a hand-off only where the waiter's place has that
-    /// ticket; elsewhere only a round can confirm it. (The code counts a notice from any node
-    /// where it is in line, so a notice for a key its round since passed on out of turn still
-    /// counts.)
-    TicketedGrants,
+    /// The scripts and the client as implemented: a grant notice also carries the ticket the
+    /// waiter had in line on that node, and counts as a hand-off only where the waiter's place
+    /// has that ticket; elsewhere only a round can confirm it.
+    Implemented,
 }
 
 /// Which clients may crash (up to `FairModel::crashes` of them).
@@ -180,8 +180,8 @@ pub enum Msg {
     /// The fair `RELEASE` script (unlock, leaving the line, giving back hand-offs).
     Release { to: usize, value: Value },
     /// A grant notice: node `from` handed the lock to `value`; `hint` is its ticket counter,
-    /// `ticket` the ticket `value` had in line there (`TicketedGrants` only; 0 otherwise, as the
-    /// code's notices do not carry it).
+    /// `ticket` the ticket `value` had in line there (0 with `UnticketedGrants`, whose notices
+    /// do not carry it).
     Grant {
         from: usize,
         value: Value,
@@ -362,7 +362,7 @@ impl Standing {
 
     /// `Standing::handed`: a place in line known there becomes a grant; with nothing known, only
     /// a round can confirm it. `ticket`: the ticket the notice says the place had
-    /// (`TicketedGrants`); a place with another ticket also needs a round.
+    /// (`Implemented`); a place with another ticket also needs a round.
     fn handed(&mut self, n: usize, ticket: Option<u8>, trust_every_grant: bool) {
         match self.known[n] {
             Known::InLine(t) if ticket.is_none_or(|ticket| ticket == t) => {
@@ -930,7 +930,7 @@ impl FairModel {
 
     /// The ticket a grant notice carries for a head that had `ticket` (see `Msg::Grant`).
     fn notice_ticket(&self, ticket: u8) -> u8 {
-        if self.variant == Variant::TicketedGrants {
+        if self.variant == Variant::Implemented {
             ticket
         } else {
             0
@@ -1125,7 +1125,7 @@ impl FairModel {
     fn news(&self, s: &mut State, c: u8) {
         let client = &mut s.clients[usize::from(c)];
         let trust = self.variant == Variant::TrustEveryGrant;
-        let ticketed = self.variant == Variant::TicketedGrants;
+        let ticketed = self.variant == Variant::Implemented;
         for (n, ticket) in client.pending.into_iter().enumerate() {
             if let Some(ticket) = ticket {
                 client.standing.handed(n, ticketed.then_some(ticket), trust);
