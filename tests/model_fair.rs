@@ -73,7 +73,7 @@
 //! crashes (the checker does not count them as terminal). A crash of any client at any step
 //! (`Crashing::Anyone`: also in a round before it stands in line, behind the head, or holding
 //! after a hand-off) holds as well, but takes too long for the test suite; it was checked by
-//! hand with `explore` (`PROGRESS=1 TIMEOUTS=0 B=c CRASH=1 DFS=1 SYMMETRY=1 CYCLES=1`):
+//! hand with `explore` (`EXPLORE=1 PROGRESS=1 TIMEOUTS=0 B=c CRASH=1 DFS=1 SYMMETRY=1 CYCLES=1`):
 //! 81,547,601 states, no counterexample, no cycle. Not covered: two crashes, and progress with
 //! lost replies, timeouts (and the retreats they cause), lapses or forgotten counters.
 //!
@@ -362,8 +362,14 @@ fn exclusion_and_order_hold_in_larger_configurations() {
 }
 
 #[test]
-#[ignore = "a tool: B, V, CRASH, CRASHING, TIMEOUTS, LOST, REORDERS, LAPSE, FORGET, PROGRESS, DFS, SYMMETRY, CYCLES, DEPTH pick it"]
+#[ignore = "a tool: EXPLORE=1 and B, V, CRASH, CRASHING, TIMEOUTS, LOST, REORDERS, LAPSE, FORGET, PROGRESS, DFS, SYMMETRY, CYCLES, DEPTH pick it"]
 fn explore() {
+    // Run with the other ignored checks, it would explore its default configuration breadth-first
+    // for minutes and gigabytes: only on request.
+    if std::env::var_os("EXPLORE").is_none() {
+        eprintln!("explore: set EXPLORE=1 (and B, V, ...) to run it");
+        return;
+    }
     let budgets: &'static [u8] = match std::env::var("B").ok().as_deref() {
         Some("a") => &[0, 2, 2],
         Some("b") => &[0, 3, 2],
