@@ -53,13 +53,15 @@
 //! when one would change something (`useful`): a round that changes nothing only renews time to
 //! live, which the model does not count, and the code's renewal timer sends one before its place
 //! expires. What is checked:
-//! - without faults, every waiter is served (4,985,704 states, breadth-first), even one that
-//!   never renews and waits for grant notices alone (`Variant::NoticesOnly`, 987,403 states);
+//! - without faults, every waiter is served (43,472,196 states breadth-first, about 6 minutes and
+//!   8 GB; the test now searches depth-first with node renaming);
 //! - with one crash, of a waiter in line at the head of the line on a quorum of nodes or of the
 //!   holder `A` while it holds (`Crashing::HeadOrHolder`), at any step, its entries and keys
 //!   expiring at any later step, in any order: every other client is served and unlocks, and
-//!   `MUTUAL_EXCLUSION` and `NO_OVERTAKING` hold too; 12,129,711 states up to renaming the
-//!   nodes (`model_fair/symmetry.rs`), depth-first;
+//!   `MUTUAL_EXCLUSION` and `NO_OVERTAKING` hold too; 108,874,303 states up to renaming the
+//!   nodes (`model_fair/symmetry.rs`), depth-first, 16 minutes. Its cycle search had not ended
+//!   after 30 minutes when last run (before the ROUND script's pass-on was modelled, the same
+//!   check had 12,129,711 states and its cycle search found no cycle in a minute);
 //! - the negative control: with waiters that never renew, the head's crash leaves the next
 //!   waiter waiting for ever (the releases hand the lock to the crashed head, its keys expire,
 //!   and no release is left to hand it on), and the checker shows that path.
@@ -438,14 +440,10 @@ fn explore() {
 }
 
 /// Without faults, every waiter is served and unlocks, whatever the order of the steps: no state
-/// is left where a live client waits for ever. That holds even for waiters that wait for grant
-/// notices alone and never renew (`NoticesOnly`): without a crash, the line's hand-offs serve
-/// everyone, so what the crash test below needs of the renewal round is only due to the crash.
-///
-/// Breadth-first and without the symmetry reduction, unlike the crash test below: a check of the
-/// reduction too, since both searches find the same verdicts.
+/// is left where a live client waits for ever. Depth-first with node renaming, as the crash test
+/// below (breadth-first, this configuration takes about 8 GB).
 #[test]
-#[ignore = "six minutes, 8 GB: cargo test --release --test model_fair -- --ignored --nocapture"]
+#[ignore = "minutes: cargo test --release --test model_fair -- --ignored --nocapture"]
 fn every_waiter_is_served_when_nobody_fails() {
     let model = FairModel {
         variant: Variant::Implemented,
@@ -466,7 +464,7 @@ fn every_waiter_is_served_when_nobody_fails() {
 /// unlocks: the next waiter finds the lock left free by its renewal round, since no release hands
 /// it over.
 #[test]
-#[ignore = "about a minute: cargo test --release --test model_fair -- --ignored --nocapture"]
+#[ignore = "over half an hour: cargo test --release --test model_fair -- --ignored --nocapture"]
 fn every_live_waiter_is_served_when_the_head_or_the_holder_crashes() {
     let model = FairModel {
         variant: Variant::Implemented,
