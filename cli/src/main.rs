@@ -7,6 +7,7 @@ mod args;
 mod doctor;
 mod duration;
 mod exit;
+mod orphan;
 mod redact;
 mod run;
 mod status;

@@ -12,6 +12,7 @@ use crate::args::RunArgs;
 use crate::exit::{
     CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, USAGE, acquire_code, fail, say,
 };
+use crate::orphan::die_with_parent;
 use crate::supervise::{Outcome, Signals, supervise};
 
 /// The per-node timeout as a fraction of the expiry (the library's default, spelled out because
@@ -56,6 +57,7 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         .args(program_args)
         .process_group(0)
         .env("REDMUTEX_NAME", &args.name);
+    die_with_parent(&mut command);
     if let Some(token) = lock.token() {
         command.env("REDMUTEX_TOKEN", token.to_string());
     }

@@ -367,3 +367,26 @@ async fn a_signal_while_waiting_ends_redmutex_without_running_the_command() {
     }
     held.unlock().await.unwrap();
 }
+
+#[test]
+fn sigkill_of_redmutex_takes_the_command_with_it() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = fifo(dir.path());
+    let (opened, dead) = watch_pipe(pipe.clone());
+    // `exec` keeps the shell's process: `sleep` is redmutex's child itself, holding the pipe.
+    let script = format!(r#"exec 3>"{}"; exec sleep 60"#, pipe.display());
+    let mut child = redmutex(&cluster)
+        .args(["run", "orphan", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    opened
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the command starts");
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    kill_process(pid, Signal::KILL).unwrap();
+    child.wait().unwrap();
+    // Without a parent-death signal the sleep would hold the pipe for its whole minute.
+    dead.recv_timeout(Duration::from_secs(10))
+        .expect("the command ends with redmutex, not 60 s later");
+}
