@@ -255,6 +255,17 @@ impl Mutex {
     /// failed partial attempts left some nodes' counters ahead (see the guide in the README).
     /// Tokens are exact up to 2^53 (Redis scripts count in doubles).
     ///
+    /// # Counters stay
+    ///
+    /// A counter never expires, so every name that ever had a fenced holder keeps one small
+    /// string key on every node: about its key's length plus 55 bytes (see `benches/README.md`),
+    /// which matters for per-entity names (a lock per order or per user). redmutex never deletes
+    /// counters. Deleting the counter of a name that will be locked again makes its tokens start
+    /// over from 1, and a resource that remembers the highest token it accepted then refuses the
+    /// next holders until the counter climbs past it; delete only the counters of names that are
+    /// done for good (`SCAN MATCH order:*:fence` once those orders are closed, say), or put the
+    /// resource's highest token back into the counters before the name is used again.
+    ///
     /// # Examples
     ///
     /// ```
