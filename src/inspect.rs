@@ -305,11 +305,12 @@ impl Mutex {
     }
 
     /// **Breaks the lock on purpose**: deletes the name's key on every node, whatever value it
-    /// holds. Returns on how many nodes a key was deleted.
+    /// holds. Returns on how many nodes something was deleted.
     ///
     /// A mutex made by [`Redlock::new_multi_mutex`](crate::Redlock::new_multi_mutex) deletes the
     /// keys of all its names. Where readers of a [`RwLock`](crate::RwLock) hold the name, it
-    /// removes them all.
+    /// removes them all, and a waiting writer's mark goes too, which would refuse new readers
+    /// while nobody holds the name.
     ///
     /// This is the emergency release for a lock that must not wait for its expiry (its holder hung
     /// with a long expiry, or is known to be dead). **It breaks mutual exclusion**: if the holder is
@@ -355,11 +356,17 @@ impl Mutex {
         let nodes = self.redlock().nodes();
         let name = self.name();
         let notify = if plan.wake_on_release { "1" } else { "0" };
-        let pairs: Vec<String> = self
+        let triples: Vec<String> = self
             .names()
-            .flat_map(|name| [name.to_owned(), format!("{name}:readers")])
+            .flat_map(|name| {
+                [
+                    name.to_owned(),
+                    format!("{name}:readers"),
+                    format!("{name}:writer-waiting"),
+                ]
+            })
             .collect();
-        let keys: Vec<&str> = pairs.iter().map(String::as_str).collect();
+        let keys: Vec<&str> = triples.iter().map(String::as_str).collect();
         let keys = keys.as_slice();
         let answers = each_node(nodes, plan.node_timeout, |_, mut connection| async move {
             let script = (FORCE_RELEASE, DIGESTS.force_release.as_str());

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redmutex::{Error, NodeAnswer};
+use redmutex::{Error, NodeAnswer, RwLock};
 use support::{client, quick, warm_up, within};
 use testenv::Cluster;
 
@@ -309,4 +309,51 @@ async fn invalid_settings_fail_before_any_io() {
         mutex.force_unlock().await,
         Err(Error::Config { .. })
     ));
+}
+
+/// A read-write lock whose waiting writer's mark lives as long as the expiry (30 s): with a custom
+/// retry delay the longest delay is unknown. One attempt per call.
+fn long_marks(redlock: &redmutex::Redlock, name: &str) -> RwLock {
+    redlock
+        .new_rwlock(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_timeout_factor(0.02)
+        .with_retry_delay_fn(|_| Duration::from_millis(5))
+        .with_tries(1)
+}
+
+/// A writer that found readers left its mark, which refuses new readers for as long as it lives.
+/// A forced release frees the name for readers at once: the mark goes with the readers.
+#[tokio::test]
+async fn force_unlock_removes_a_waiting_writers_mark() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "inspect:marked";
+    let mark = "inspect:marked:writer-waiting";
+    let rwlock = long_marks(&redlock, name);
+    let _stuck = rwlock.read().await.unwrap();
+    assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
+    for node in cluster.nodes() {
+        // Far from expiring on its own.
+        assert!(node.pttl(mark) > 20_000, "{}", node.pttl(mark));
+    }
+
+    // The operator's tool is a plain mutex over the name.
+    assert_eq!(quick(&redlock, name).force_unlock().await.unwrap(), 3);
+    for node in cluster.nodes() {
+        assert!(!node.exists(mark), "the mark outlived a forced release");
+        assert!(!node.exists(name) && !node.exists("inspect:marked:readers"));
+    }
+    let reader = rwlock.try_read().await.unwrap();
+    reader.unlock().await.unwrap();
+
+    // A mark alone (its writer gave up, the readers left) is something to delete too.
+    let reader = rwlock.read().await.unwrap();
+    assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
+    reader.unlock().await.unwrap();
+    assert!(cluster.nodes().iter().all(|node| node.exists(mark)));
+    assert!(!quick(&redlock, name).inspect().await.unwrap().is_held());
+    assert_eq!(quick(&redlock, name).force_unlock().await.unwrap(), 3);
+    assert!(cluster.nodes().iter().all(|node| !node.exists(mark)));
+    rwlock.try_read().await.unwrap().unlock().await.unwrap();
 }
