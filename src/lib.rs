@@ -34,7 +34,7 @@ pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
 pub use connection::NodeConnection;
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;
-pub use inspect::{LockState, NodeAnswer, NodeLockState};
+pub use inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
 pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;

@@ -115,6 +115,11 @@ impl RwLock {
         .with_mark()
     }
 
+    /// The writer's side: a mutex over the name, as inspection and forced release need.
+    pub(crate) fn writer(&self) -> &Mutex {
+        &self.write
+    }
+
     /// Sizes the writer's mark for the current settings.
     fn with_mark(mut self) -> Self {
         let mark = self.write.plan().map_or(Duration::ZERO, writer_mark);

@@ -304,26 +304,68 @@ redis.call('DEL', KEYS[3])
 return counter
 "#;
 
-/// Inspection (`Mutex::inspect`): `KEYS[1]` = name. Returns nil when the key is absent, else a short
-/// fingerprint of the value (the first 12 hex digits of its SHA1) and the key's PTTL, read in one
-/// atomic step. The value itself never leaves the node: it is a capability.
+/// Inspection (`Mutex::inspect`, `RwLock::inspect`, `Semaphore::inspect`): `KEYS[1]` = name,
+/// `KEYS[2]` = its readers, `KEYS[3]` = its writer's mark. Tells what holds the name, read in one
+/// atomic step, as `{kind, pttl, mark-pttl, ...}`: `PTTL` of the name's key and of the mark (`-2`
+/// where there is none, `-1` without expiry), and by kind
+/// - `'string'`, a lock value (a mutex's or a writer's): its fingerprint;
+/// - `'readers'` (the name holds the readers' marker): each live reader's fingerprint and
+///   remaining milliseconds, in pairs;
+/// - `'zset'` (a semaphore's holders): the permit count (`-1` where the count member is missing),
+///   then each live holder's fingerprint and remaining milliseconds, in pairs;
+/// - `'none'`, or the type of a key redmutex never writes there: nothing more.
+///
+/// A fingerprint is the first 12 hex digits of the value's SHA1: values never leave the node,
+/// they are capabilities. Live means scored after the node's own `TIME`, as the other scripts
+/// judge; the count member (the empty string, scored below zero) is never live. A readers key of
+/// another type holds no reader (the read scripts fail on it before they write).
 pub(crate) const INSPECT: &str = r#"
-local current = redis.call('GET', KEYS[1])
-if not current then return false end
-return {string.sub(redis.sha1hex(current), 1, 12), redis.call('PTTL', KEYS[1])}
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local reply = {kind, redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[3])}
+local entries = nil
+if kind == 'string' then
+  local current = redis.call('GET', KEYS[1])
+  if current ~= 'redmutex:readers' then
+    reply[4] = string.sub(redis.sha1hex(current), 1, 12)
+    return reply
+  end
+  reply[1] = 'readers'
+  if redis.call('TYPE', KEYS[2])['ok'] == 'zset' then entries = KEYS[2] end
+elseif kind == 'zset' then
+  local count = redis.call('ZSCORE', KEYS[1], '')
+  reply[4] = count and -tonumber(count) or -1
+  entries = KEYS[1]
+end
+if entries then
+  local clock = redis.call('TIME')
+  local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+  local live = redis.call('ZRANGEBYSCORE', entries, '(' .. now, '+inf', 'WITHSCORES')
+  for i = 1, #live, 2 do
+    reply[#reply + 1] = string.sub(redis.sha1hex(live[i]), 1, 12)
+    reply[#reply + 1] = tonumber(live[i + 1]) - now
+  end
+end
+return reply
 "#;
 
-/// Forced release (`Mutex::force_unlock`): deletes the keys whatever they hold. `KEYS` come in
-/// pairs, a name and its readers (`<name>:readers`), one pair per name of the mutex; `ARGV[1]` =
-/// `1` to publish a release notice for each deleted key as `RELEASE_NOTIFY` does (with the released
-/// value, so waiters tell this release from others). Returns 1 when a key was deleted, 0 when there
-/// was none. Where readers held the name (its key holds their marker), their set goes too:
-/// otherwise a forced-out reader's entry would outlive the marker, and a reader arriving later
-/// would set a marker under which the forced-out one could extend again. The fencing counter
-/// (`<name>:fence`) is another key and stays.
+/// Forced release (`force_unlock` of a `Mutex`, `RwLock` or `Semaphore`): deletes a name's keys
+/// whatever they hold. `KEYS` come in threes, a name, its readers (`<name>:readers`) and its
+/// writer's mark (`<name>:writer-waiting`), one three per name; `ARGV[1]` = `1` to publish a
+/// release notice for each deleted name key as `RELEASE_NOTIFY` does (with the released value,
+/// so waiters tell this release from others). Returns 1 when a key was deleted, 0 when there was
+/// none.
+///
+/// The name's key goes whatever its type: a lock value, the readers' marker, or a semaphore's
+/// sorted set of holders (permit count and all). Where readers held the name (its key holds their
+/// marker), their set goes too: otherwise a forced-out reader's entry would outlive the marker,
+/// and a reader arriving later would set a marker under which the forced-out one could extend
+/// again. The mark goes too: it would refuse new readers for the rest of its life (as long as
+/// the expiry with a custom retry delay), although nobody holds the name; a writer still waiting
+/// marks again at its next attempt. The fencing counter (`<name>:fence`) is another key and
+/// stays.
 pub(crate) const FORCE_RELEASE: &str = r#"
 local deleted = 0
-for i = 1, #KEYS, 2 do
+for i = 1, #KEYS, 3 do
   local kind = redis.call('TYPE', KEYS[i])['ok']
   if kind ~= 'none' then
     local current = ''
@@ -335,6 +377,7 @@ for i = 1, #KEYS, 2 do
     end
     deleted = 1
   end
+  if redis.call('DEL', KEYS[i + 2]) > 0 then deleted = 1 end
 end
 return deleted
 "#;
@@ -598,7 +641,14 @@ mod tests {
     #[test]
     fn the_readers_marker_is_the_one_the_scripts_use() {
         let quoted = format!("'{READERS_MARKER}'");
-        for script in [READ_ACQUIRE, READ_EXTEND, READ_RELEASE, WRITE_ACQUIRE] {
+        for script in [
+            READ_ACQUIRE,
+            READ_EXTEND,
+            READ_RELEASE,
+            WRITE_ACQUIRE,
+            INSPECT,
+            FORCE_RELEASE,
+        ] {
             assert!(script.contains(&quoted));
             // Every mention is the marker itself, quoted whole.
             assert_eq!(

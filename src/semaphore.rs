@@ -88,6 +88,11 @@ impl Semaphore {
         }
     }
 
+    /// The engine over the semaphore's target, as inspection and forced release need.
+    pub(crate) fn engine(&self) -> &Mutex {
+        &self.mutex
+    }
+
     fn with(self, change: impl FnOnce(Mutex) -> Mutex) -> Self {
         Semaphore {
             mutex: change(self.mutex),

@@ -158,6 +158,7 @@ async fn the_readme_rule_runs_every_primitive() {
         .with_wake_on_release(true);
     let readers = [rwlock.read().await, rwlock.read().await].map(|r| r.expect("read"));
     assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
+    assert!(rwlock.inspect().await.expect("read inspect").is_held());
     for reader in readers {
         reader.extend().await.expect("read extend");
         reader.unlock().await.expect("read unlock");
@@ -176,6 +177,7 @@ async fn the_readme_rule_runs_every_primitive() {
         semaphore.try_acquire().await,
         Err(Error::Taken { .. })
     ));
+    assert!(semaphore.inspect().await.expect("inspect").is_held());
     for permit in permits {
         permit.extend().await.expect("permit extend");
         permit.unlock().await.expect("permit unlock");
@@ -186,6 +188,10 @@ async fn the_readme_rule_runs_every_primitive() {
     let _held = stuck.lock().await.expect("lock");
     assert!(stuck.inspect().await.expect("inspect").is_held());
     assert_eq!(stuck.force_unlock().await.expect("force_unlock"), 3);
+    let _reader = rwlock.read().await.expect("read");
+    assert_eq!(rwlock.force_unlock().await.expect("force_unlock"), 3);
+    let _permit = semaphore.acquire().await.expect("permit");
+    assert_eq!(semaphore.force_unlock().await.expect("force_unlock"), 3);
 }
 
 /// Every command the library's scripts run is in the README's rule: Redis checks each against the

@@ -1,11 +1,11 @@
-//! `Mutex::inspect` and `Mutex::force_unlock`, on real nodes.
+//! `inspect` and `force_unlock` of a `Mutex`, a `RwLock` and a `Semaphore`, on real nodes.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use redmutex::{Error, NodeAnswer};
-use support::{client, quick, warm_up, within};
+use redmutex::{Error, Holder, NodeAnswer, RwLock};
+use support::{client, quick, quick_semaphore, warm_up, within};
 use testenv::Cluster;
 
 #[tokio::test]
@@ -309,4 +309,272 @@ async fn invalid_settings_fail_before_any_io() {
         mutex.force_unlock().await,
         Err(Error::Config { .. })
     ));
+}
+
+/// A read-write lock whose waiting writer's mark lives as long as the expiry (30 s): with a custom
+/// retry delay the longest delay is unknown. One attempt per call.
+fn long_marks(redlock: &redmutex::Redlock, name: &str) -> RwLock {
+    redlock
+        .new_rwlock(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_timeout_factor(0.02)
+        .with_retry_delay_fn(|_| Duration::from_millis(5))
+        .with_tries(1)
+}
+
+/// A writer that found readers left its mark, which refuses new readers for as long as it lives.
+/// A forced release frees the name for readers at once: the mark goes with the readers.
+#[tokio::test]
+async fn force_unlock_removes_a_waiting_writers_mark() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "inspect:marked";
+    let mark = "inspect:marked:writer-waiting";
+    let rwlock = long_marks(&redlock, name);
+    let _stuck = rwlock.read().await.unwrap();
+    assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
+    for node in cluster.nodes() {
+        // Far from expiring on its own.
+        assert!(node.pttl(mark) > 20_000, "{}", node.pttl(mark));
+    }
+    let state = rwlock.inspect().await.unwrap();
+    assert!(
+        state.nodes().iter().all(|node| node
+            .writer_waiting
+            .is_some_and(|ttl| ttl > Duration::from_secs(20))),
+        "{state:?}"
+    );
+
+    // The operator's tool is a plain mutex over the name.
+    assert_eq!(quick(&redlock, name).force_unlock().await.unwrap(), 3);
+    for node in cluster.nodes() {
+        assert!(!node.exists(mark), "the mark outlived a forced release");
+        assert!(!node.exists(name) && !node.exists("inspect:marked:readers"));
+    }
+    let reader = rwlock.try_read().await.unwrap();
+    reader.unlock().await.unwrap();
+
+    // A mark alone (its writer gave up, the readers left) is something to delete too.
+    let reader = rwlock.read().await.unwrap();
+    assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
+    reader.unlock().await.unwrap();
+    assert!(cluster.nodes().iter().all(|node| node.exists(mark)));
+    assert!(!rwlock.inspect().await.unwrap().is_held());
+    assert_eq!(rwlock.force_unlock().await.unwrap(), 3);
+    assert!(cluster.nodes().iter().all(|node| !node.exists(mark)));
+    rwlock.try_read().await.unwrap().unlock().await.unwrap();
+}
+
+/// Readers are shown as readers, how many, each counted when it holds on a majority; never as
+/// one lock value (their marker's).
+#[tokio::test]
+async fn inspect_counts_the_readers_that_hold() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "inspect:reading";
+    let rwlock = long_marks(&redlock, name);
+    let first = rwlock.read().await.unwrap();
+    let second = rwlock.read().await.unwrap();
+    // The entry of a reader whose attempt landed on one node only does not count.
+    let _: () = redis::cmd("ZADD")
+        .arg("inspect:reading:readers")
+        .arg(4_102_444_800_000_u64) // 2100-01-01 in milliseconds
+        .arg("partial")
+        .query(&mut cluster.node(0).connection())
+        .expect("ZADD");
+    for state in [
+        rwlock.inspect().await.unwrap(),
+        quick(&redlock, name).inspect().await.unwrap(),
+    ] {
+        assert!(
+            matches!(state.holder(), Some(Holder::Readers { count: 2, .. })),
+            "{state:?}"
+        );
+        assert_eq!(state.holder().map(Holder::kind), Some("readers"));
+        assert_eq!((state.holders(), state.quorum()), (3, 2));
+        assert_eq!(state.fingerprint(), None);
+        let ttl = state.ttl().unwrap();
+        assert!(
+            ttl <= rwlock.expiry() && ttl > Duration::from_secs(20),
+            "{ttl:?}"
+        );
+        let live: Vec<usize> = state
+            .nodes()
+            .iter()
+            .map(|node| match &node.answer {
+                NodeAnswer::Readers { readers, .. } => readers.len(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(live, [3, 2, 2]);
+        let shown = format!("{state:?}");
+        for value in [first.value(), second.value(), "partial"] {
+            assert!(!shown.contains(value), "{shown}");
+        }
+    }
+    first.unlock().await.unwrap();
+    second.unlock().await.unwrap();
+    let writer = rwlock.write().await.unwrap();
+    let state = rwlock.inspect().await.unwrap();
+    assert!(
+        matches!(state.holder(), Some(Holder::Exclusive { .. })),
+        "{state:?}"
+    );
+    assert_eq!(state.holder().map(Holder::kind), Some("exclusive"));
+    writer.unlock().await.unwrap();
+}
+
+/// A semaphore's name is a sorted set, which `GET` refuses: a plain inspection once read that as
+/// an error on every node, hence no quorum. It is shown as the semaphore's: permits held of its
+/// count, judged on its quorum.
+#[tokio::test]
+async fn inspect_shows_a_semaphores_permits_whoever_asks() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let name = "inspect:permits";
+    // A node timeout of 900 ms, for the paused node below.
+    let semaphore = quick_semaphore(&redlock, name, 3)
+        .with_expiry(Duration::from_secs(30))
+        .with_timeout_factor(0.03);
+    let first = semaphore.acquire().await.unwrap();
+    let second = semaphore.acquire().await.unwrap();
+    let by_mutex = quick(&redlock, name).inspect().await.unwrap();
+    let by_semaphore = semaphore.inspect().await.unwrap();
+    for state in [&by_mutex, &by_semaphore] {
+        assert!(
+            matches!(
+                state.holder(),
+                Some(Holder::Permits {
+                    held: 2,
+                    permits: 3,
+                    ..
+                })
+            ),
+            "{state:?}"
+        );
+        assert_eq!(state.holder().map(Holder::kind), Some("semaphore"));
+        // 3 permits over 5 nodes: a holder holds on 4.
+        assert_eq!((state.quorum(), state.holders()), (4, 5));
+        assert!(state.ttl().is_some_and(|ttl| ttl > Duration::from_secs(20)));
+        for node in state.nodes() {
+            match &node.answer {
+                NodeAnswer::Permits {
+                    holders,
+                    permits: Some(3),
+                    ..
+                } => assert_eq!(holders.len(), 2),
+                other => panic!("{other:?}"),
+            }
+        }
+        let shown = format!("{state:?}");
+        assert!(!shown.contains(first.value()) && !shown.contains(second.value()));
+    }
+
+    // A holder needs 4 of 5 nodes: with 3 answers, one could hide on the other two.
+    cluster.node(0).kill();
+    cluster.node(1).pause();
+    let by_mutex = quick(&redlock, name).with_timeout_factor(0.45);
+    for result in [semaphore.inspect().await, by_mutex.inspect().await] {
+        assert!(
+            matches!(
+                result,
+                Err(Error::NoQuorum {
+                    ok: 3,
+                    quorum: 4,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+    }
+    cluster.node(1).resume();
+}
+
+#[tokio::test]
+async fn a_semaphore_inspects_what_else_holds_its_name() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "inspect:not-permits";
+    let semaphore = quick_semaphore(&redlock, name, 2);
+    assert!(!semaphore.inspect().await.unwrap().is_held());
+    let lock = quick(&redlock, name).lock().await.unwrap();
+    let state = semaphore.inspect().await.unwrap();
+    assert!(matches!(state.holder(), Some(Holder::Exclusive { .. })));
+    lock.unlock().await.unwrap();
+    // A key redmutex never writes, on a majority: no lock can be taken while it stands.
+    for node in &cluster.nodes()[..2] {
+        let _: () = redis::cmd("HSET")
+            .arg(name)
+            .arg("f")
+            .arg("v")
+            .query(&mut node.connection())
+            .expect("HSET");
+    }
+    let state = quick(&redlock, name).inspect().await.unwrap();
+    match state.holder() {
+        Some(Holder::Foreign { kind, .. }) => assert_eq!(kind, "hash"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(state.ttl(), None);
+    assert!(matches!(
+        state.nodes()[0].answer,
+        NodeAnswer::Foreign { ttl: None, .. }
+    ));
+    assert_eq!(quick(&redlock, name).force_unlock().await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn semaphore_force_unlock_frees_every_permit() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "inspect:force-permits";
+    let semaphore = quick_semaphore(&redlock, name, 2).with_expiry(Duration::from_secs(30));
+    let held = [
+        semaphore.acquire().await.unwrap(),
+        semaphore.acquire().await.unwrap(),
+    ];
+    assert!(matches!(
+        semaphore.try_acquire().await,
+        Err(Error::Taken { .. })
+    ));
+    assert_eq!(semaphore.force_unlock().await.unwrap(), 3);
+    assert!(cluster.nodes().iter().all(|node| !node.exists(name)));
+    assert!(!semaphore.inspect().await.unwrap().is_held());
+    for permit in &held {
+        assert!(matches!(permit.extend().await, Err(Error::Expired)));
+    }
+    // Both permits are free again; another count may even start afresh.
+    let again = [
+        semaphore.try_acquire().await.unwrap(),
+        semaphore.try_acquire().await.unwrap(),
+    ];
+    for permit in again {
+        permit.unlock().await.unwrap();
+    }
+    assert_eq!(semaphore.force_unlock().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn rwlock_force_unlock_frees_a_writer_and_readers() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "inspect:force-rw";
+    let rwlock = long_marks(&redlock, name).with_wake_on_release(true);
+    let writer = rwlock.write().await.unwrap();
+    assert_eq!(rwlock.force_unlock().await.unwrap(), 3);
+    assert!(matches!(writer.extend().await, Err(Error::Expired)));
+    let readers = [rwlock.read().await.unwrap(), rwlock.read().await.unwrap()];
+    assert_eq!(rwlock.force_unlock().await.unwrap(), 3);
+    // One release notice per node for each forced release.
+    assert!(
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.calls("publish") == 2)
+    );
+    for reader in &readers {
+        assert!(matches!(reader.extend().await, Err(Error::Expired)));
+    }
+    let writer = rwlock.try_write().await.unwrap();
+    writer.unlock().await.unwrap();
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redmutex::{LockState, NodeAnswer, Redlock};
+use redmutex::{Holder, LockState, NodeAnswer, Redlock};
 use serde_json::{Value, json};
 
 use crate::args::{StatusArgs, UnlockArgs};
@@ -66,16 +66,34 @@ fn seconds(duration: Duration) -> String {
     format!("{:.3}s", duration.as_secs_f64())
 }
 
+/// What holds the name, for the first line: nothing for a lock value (the line has always read
+/// `NAME: held, ...` for it), else who.
+fn held_by(holder: Option<&Holder>) -> String {
+    match holder {
+        Some(Holder::Readers { count, .. }) => format!(" by {count} reader{}", plural(*count)),
+        Some(Holder::Permits { held, permits, .. }) => {
+            format!(" by a semaphore, {held} of {permits} permits")
+        }
+        Some(Holder::Foreign { kind, .. }) => format!(" by a {kind} that is not a redmutex lock"),
+        _ => String::new(),
+    }
+}
+
+fn plural(count: usize) -> &'static str {
+    if count == 1 { "" } else { "s" }
+}
+
 fn table(name: &str, state: &LockState) -> String {
+    let by = held_by(state.holder());
     let mut out = match (state.is_held(), state.ttl()) {
         (true, Some(ttl)) => format!(
-            "{name}: held, ttl {} (on {} of {} nodes, quorum {})",
+            "{name}: held{by}, ttl {} (on {} of {} nodes, quorum {})",
             seconds(ttl),
             state.holders(),
             state.nodes().len(),
             state.quorum()
         ),
-        (true, None) => format!("{name}: held, without expiry"),
+        (true, None) => format!("{name}: held{by}, without expiry"),
         (false, _) => format!("{name}: free"),
     };
     if let Some(fingerprint) = state.fingerprint() {
@@ -89,16 +107,30 @@ fn table(name: &str, state: &LockState) -> String {
         .max()
         .unwrap_or(0);
     for node in state.nodes() {
-        let answer = match &node.answer {
+        let mut answer = match &node.answer {
             NodeAnswer::Free => "free".to_owned(),
             NodeAnswer::Held {
                 fingerprint,
                 ttl: Some(ttl),
             } => format!("held {fingerprint} ttl {}", seconds(*ttl)),
             NodeAnswer::Held { fingerprint, .. } => format!("held {fingerprint} no expiry"),
+            NodeAnswer::Readers { readers, .. } => {
+                format!("{} reader{}", readers.len(), plural(readers.len()))
+            }
+            NodeAnswer::Permits {
+                holders,
+                permits: Some(permits),
+                ..
+            } => format!("{} of {permits} permits held", holders.len()),
             NodeAnswer::Failed(error) => format!("error: {error}"),
             other => other.to_string(),
         };
+        if let Some(mark) = node.writer_waiting {
+            answer.push_str(&format!(
+                ", a writer waits (new readers refused for {})",
+                seconds(mark)
+            ));
+        }
         out.push_str(&format!(
             "  node {}  {:width$}  {answer}\n",
             node.node,
@@ -117,27 +149,72 @@ fn json_state(name: &str, state: &LockState) -> Value {
         .nodes()
         .iter()
         .map(|node| {
-            let (answer, fingerprint, ttl, error) = match &node.answer {
-                NodeAnswer::Free => ("free", None, None, None),
-                NodeAnswer::Held { fingerprint, ttl } => {
-                    ("held", Some(fingerprint.clone()), ttl.map(millis), None)
-                }
-                NodeAnswer::Failed(error) => ("error", None, None, Some(error.to_string())),
-                other => ("error", None, None, Some(other.to_string())),
-            };
-            json!({
+            let mut fields = json!({
                 "node": node.node,
                 "address": node.address,
-                "state": answer,
-                "fingerprint": fingerprint,
-                "ttl_ms": ttl,
-                "error": error,
-            })
+                "fingerprint": null,
+                "ttl_ms": null,
+                "error": null,
+                "writer_waiting_ms": node.writer_waiting.map(millis),
+            });
+            let state = match &node.answer {
+                NodeAnswer::Free => "free",
+                NodeAnswer::Held { fingerprint, ttl } => {
+                    fields["fingerprint"] = json!(fingerprint);
+                    fields["ttl_ms"] = json!(ttl.map(millis));
+                    "held"
+                }
+                NodeAnswer::Readers { readers, ttl, .. } => {
+                    fields["readers"] = json!(readers.len());
+                    fields["ttl_ms"] = json!(ttl.map(millis));
+                    "readers"
+                }
+                NodeAnswer::Permits {
+                    holders,
+                    permits,
+                    ttl,
+                    ..
+                } => {
+                    fields["permits_held"] = json!(holders.len());
+                    fields["permits"] = json!(permits);
+                    fields["ttl_ms"] = json!(ttl.map(millis));
+                    "semaphore"
+                }
+                NodeAnswer::Foreign { kind, ttl, .. } => {
+                    fields["type"] = json!(kind);
+                    fields["ttl_ms"] = json!(ttl.map(millis));
+                    "foreign"
+                }
+                NodeAnswer::Failed(error) => {
+                    fields["error"] = json!(error.to_string());
+                    "error"
+                }
+                other => {
+                    fields["error"] = json!(other.to_string());
+                    "error"
+                }
+            };
+            fields["state"] = json!(state);
+            fields
         })
         .collect();
+    let holder = state.holder();
     json!({
         "name": name,
         "held": state.is_held(),
+        "kind": holder.map(Holder::kind),
+        "readers": match holder {
+            Some(Holder::Readers { count, .. }) => Some(*count),
+            _ => None,
+        },
+        "permits_held": match holder {
+            Some(Holder::Permits { held, .. }) => Some(*held),
+            _ => None,
+        },
+        "permits": match holder {
+            Some(Holder::Permits { permits, .. }) => Some(*permits),
+            _ => None,
+        },
         "ttl_ms": state.ttl().map(millis),
         "quorum": state.quorum(),
         "holders": state.holders(),

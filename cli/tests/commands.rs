@@ -69,6 +69,96 @@ async fn status_of_a_held_name_never_shows_the_value() {
     lock.unlock().await.unwrap();
 }
 
+/// Readers leave a marker in the name's key, which `status` once showed as one holder's value.
+#[tokio::test]
+async fn status_of_a_name_readers_hold_counts_them() {
+    let cluster = Cluster::start(3);
+    let redlock = Redlock::connect(cluster.urls()).await.unwrap();
+    let rwlock = redlock
+        .new_rwlock("report")
+        .with_expiry(Duration::from_secs(20))
+        .with_tries(1);
+    let readers = [rwlock.read().await.unwrap(), rwlock.read().await.unwrap()];
+    // A writer found them and waits: its mark refuses new readers.
+    assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
+    let text = run(redmutex(&cluster), &["status", "report"]);
+    assert_eq!(text.code, Some(0), "{text:?}");
+    assert!(
+        text.stdout.starts_with("report: held by 2 readers, ttl "),
+        "{text:?}"
+    );
+    assert!(!text.stdout.contains("fingerprint"), "{text:?}");
+    assert_eq!(text.stdout.matches("a writer waits").count(), 3, "{text:?}");
+
+    let ran = run(redmutex(&cluster), &["status", "--json", "report"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let state = json(&ran.stdout);
+    assert_eq!(state["held"], true);
+    assert_eq!(state["kind"], "readers");
+    assert_eq!(state["readers"], 2);
+    assert!(state["fingerprint"].is_null());
+    for node in state["nodes"].as_array().unwrap() {
+        assert_eq!(node["state"], "readers");
+        assert_eq!(node["readers"], 2);
+        assert!(node["writer_waiting_ms"].as_u64().unwrap() > 0, "{node}");
+    }
+    for output in [text.all(), ran.all()] {
+        assert!(
+            readers.iter().all(|r| !output.contains(r.value())),
+            "{output}"
+        );
+    }
+}
+
+/// A semaphore's name is a sorted set: `status` once met `GET`'s type error on every node and
+/// said "no quorum" (exit 69).
+#[tokio::test]
+async fn status_of_a_name_a_semaphore_holds_shows_its_permits() {
+    let cluster = Cluster::start(3);
+    let redlock = Redlock::connect(cluster.urls()).await.unwrap();
+    let semaphore = redlock
+        .new_semaphore("report", 3)
+        .with_expiry(Duration::from_secs(20));
+    let permits = [
+        semaphore.acquire().await.unwrap(),
+        semaphore.acquire().await.unwrap(),
+    ];
+    let text = run(redmutex(&cluster), &["status", "report"]);
+    assert_eq!(text.code, Some(0), "{text:?}");
+    assert!(
+        text.stdout
+            .starts_with("report: held by a semaphore, 2 of 3 permits, ttl "),
+        "{text:?}"
+    );
+    assert!(text.stdout.contains("quorum 3"), "{text:?}");
+
+    let ran = run(redmutex(&cluster), &["status", "--json", "report"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let state = json(&ran.stdout);
+    assert_eq!(state["held"], true);
+    assert_eq!(state["kind"], "semaphore");
+    assert_eq!(
+        (&state["permits_held"], &state["permits"]),
+        (&2.into(), &3.into())
+    );
+    assert_eq!(state["quorum"], 3);
+    for node in state["nodes"].as_array().unwrap() {
+        assert_eq!(node["state"], "semaphore");
+        assert_eq!(node["permits_held"], 2);
+    }
+    for output in [text.all(), ran.all()] {
+        assert!(
+            permits.iter().all(|p| !output.contains(p.value())),
+            "{output}"
+        );
+    }
+
+    let ran = run(redmutex(&cluster), &["unlock", "--force", "report"]);
+    assert_eq!(ran.stdout, "report: deleted on 3 of 3 nodes\n", "{ran:?}");
+    assert!(present(&cluster, "report").is_empty());
+    assert!(matches!(permits[0].extend().await, Err(Error::Expired)));
+}
+
 #[tokio::test]
 async fn unlock_force_frees_a_lock_held_by_another_process_whose_extend_then_fails() {
     let cluster = Cluster::start(3);
