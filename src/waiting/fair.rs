@@ -74,7 +74,7 @@ use crate::hub::{Subscribing, Turn};
 use crate::mutex::Mutex;
 use crate::node::Op;
 use crate::quorum::{Tally, validity};
-use crate::scripts::fair::fingerprint;
+use crate::scripts::fair::{TICKET_LIMIT, fingerprint};
 use crate::settings::Plan;
 
 use super::Resume;
@@ -378,7 +378,7 @@ impl<'a> FairWait<'a> {
         }
         let ticket = match self.standing.ticket() {
             Some(ticket) => ticket,
-            None => self.heard(0) + 1,
+            None => self.heard(0).saturating_add(1).min(TICKET_LIMIT),
         };
         Op::Round { ticket }
     }
