@@ -773,3 +773,154 @@ async fn the_line_survives_each_of_its_keys_deleted_under_load() {
     })
     .await;
 }
+
+/// `PUBLISH`es `payload` on `name`'s notice channel on `node`, as anyone allowed to could;
+/// returns how many connections heard it.
+fn publish(cluster: &Cluster, node: usize, name: &str, payload: &[u8]) -> i64 {
+    let mut connection = cluster.node(node).connection();
+    redis::cmd("PUBLISH")
+        .arg(format!("redmutex:released:{name}"))
+        .arg(payload)
+        .query(&mut connection)
+        .expect("PUBLISH")
+}
+
+/// The fingerprint a grant notice names `value` by, as the node's scripts write it.
+fn fingerprint(cluster: &Cluster, value: &str) -> String {
+    let mut connection = cluster.node(0).connection();
+    redis::cmd("EVAL")
+        .arg("return redis.sha1hex(ARGV[1])")
+        .arg(0)
+        .arg(value)
+        .query(&mut connection)
+        .expect("EVAL")
+}
+
+/// Grant notices that anyone allowed to `PUBLISH` on the nodes could send while the lock is held
+/// (see the README's ACL section): one naming another waiter, ones naming a ticket our place does
+/// not have or none, and copies of one node's grant published on node 0's connection again and
+/// again. None counts: the waiter at most makes a round, which finds the holder's keys, and it
+/// gets the lock only once the holder releases it.
+#[tokio::test]
+async fn forged_grant_notices_do_not_hand_the_lock_over() {
+    let cluster = Cluster::start(3);
+    let name = "fair:forged";
+    let holder = client(&cluster).await;
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    let held_from = Instant::now();
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    let waiter = serve(
+        0,
+        fair(&client(&cluster).await, name),
+        Duration::from_millis(2),
+        &order,
+        &history,
+    );
+    eventually("the waiter stands in line and listens", || {
+        (0..3).all(|node| {
+            line_len(&cluster, node, name) == 1
+                && cluster
+                    .node(node)
+                    .subscribers(&format!("redmutex:released:{name}"))
+                    == 1
+        })
+    })
+    .await;
+    let (value, ticket) = line_entries(&cluster, 0, name).remove(0);
+    let (ours, theirs) = (
+        fingerprint(&cluster, &value),
+        fingerprint(&cluster, "theirs"),
+    );
+    let forged = [
+        (0..3, format!("\0{theirs} {ticket} {ticket}")),
+        (0..3, format!("\0{ours} {ticket} {}", ticket + 1)),
+        (0..3, format!("\0{ours} {ticket} {}", ticket - 1)),
+        (0..3, format!("\0{ours} {ticket}")),
+        (0..1, format!("\0{ours} {ticket} {ticket}")),
+        (0..1, format!("\0{ours} {ticket} {ticket}")),
+        (0..1, format!("\0{ours} {ticket} {ticket}")),
+    ];
+    for (nodes, payload) in forged {
+        for node in nodes {
+            assert_eq!(publish(&cluster, node, name, payload.as_bytes()), 1);
+        }
+    }
+    // Time for the waiter to read them, and for the round that a grant from fewer than a
+    // quorum of nodes calls for once a node timeout (500 ms) passed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(order.lock().expect("not poisoned").is_empty(), "not served");
+    history.record("holder", held_from, Instant::now(), held.valid_until());
+    held.unlock().await.expect("unlock");
+    all_served(vec![waiter]).await;
+    history.assert_exclusive();
+}
+
+/// A notice's ticket counter is a hint for the offer of its client's next joiner. One that no
+/// line reaches (2^60, published by hand) is not heard: taken as a hint, it would give that
+/// joiner a ticket past what the nodes keep exactly, and the next joiner of another client a
+/// place ahead of it.
+#[tokio::test]
+async fn a_forged_ticket_hint_does_not_reorder_the_line() {
+    let cluster = Cluster::start(3);
+    let name = "fair:forged-hint";
+    let holder = client(&cluster).await;
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    let heard = client(&cluster).await;
+    let first = serve(
+        0,
+        fair(&heard, name),
+        Duration::from_millis(2),
+        &order,
+        &history,
+    );
+    eventually("the first waiter stands in line and listens", || {
+        (0..3).all(|node| {
+            line_len(&cluster, node, name) == 1
+                && cluster
+                    .node(node)
+                    .subscribers(&format!("redmutex:released:{name}"))
+                    == 1
+        })
+    })
+    .await;
+    let nobody = fingerprint(&cluster, "nobody");
+    for node in 0..3 {
+        let payload = format!("\0{nobody} {} 1", 1u64 << 60);
+        assert_eq!(publish(&cluster, node, name, payload.as_bytes()), 1);
+    }
+    // Time for the client to read the notices.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut waiters = vec![first];
+    waiters.push(serve(
+        1,
+        fair(&heard, name),
+        Duration::from_millis(2),
+        &order,
+        &history,
+    ));
+    eventually("the second waiter joined", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 2)
+    })
+    .await;
+    let other = fair(&client(&cluster).await, name);
+    waiters.push(serve(2, other, Duration::from_millis(2), &order, &history));
+    eventually("the other client's waiter joined", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 3)
+    })
+    .await;
+    // As the node writes them: a score past 2^53 would read "1.152921504606847e+18".
+    let tickets: Vec<(String, String)> = redis::cmd("ZRANGE")
+        .arg(format!("{name}:line"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut cluster.node(0).connection())
+        .expect("ZRANGE");
+    let tickets: Vec<&str> = tickets.iter().map(|(_, ticket)| ticket.as_str()).collect();
+    assert_eq!(tickets, ["1", "2", "3"]);
+    held.unlock().await.expect("unlock");
+    all_served(waiters).await;
+    assert_eq!(*order.lock().expect("not poisoned"), [0, 1, 2]);
+    history.assert_exclusive();
+}
