@@ -12,11 +12,12 @@
 //!
 //! Any of these keys can go missing on its own (evicted under `maxmemory`, deleted by hand), and
 //! the scripts go on from whatever is left, repairing as they go: an entry without a deadline is
-//! expired (it leaves the line once it is the head, see `head_of_line`); a lost counter is
-//! rebuilt from the tickets still in line, so that no joiner gets a ticket ahead of a waiter's
-//! (see `counter`); a line without its deadlines or its tickets is a line that lost those
-//! entries, whose waiters join again at their next round. Redis keeps what a script wrote before it failed, so
-//! the scripts look up everything a hand-off needs before they write any of it.
+//! expired (it leaves the line when it reaches the head, unless its waiter renews it first, see
+//! `head_of_line`); a lost counter is rebuilt from the tickets still in line, so that no joiner
+//! gets a ticket ahead of a waiter's (see `counter`); entries lost from `<name>:line` are places
+//! lost on that node, which their waiters' next rounds take again, behind the others. Redis
+//! keeps what a script wrote before it failed, so the scripts look up everything a hand-off needs
+//! before they write any of it.
 
 use std::sync::LazyLock;
 
@@ -36,11 +37,12 @@ end
     };
 }
 
-/// `head_of_line()`: the head of the line, its ticket, and how long its entry has left. Before
-/// anything is written: an entry that has no deadline (the deadlines' key or the entry in it was
-/// evicted or deleted) counts as expired and leaves the line here, as the sweep would have taken
-/// it out; otherwise nothing would ever take it out, every hand-off would fail on it, and the
-/// line would jam behind it. `nil` for an empty line.
+/// `head_of_line()`: the head of the line, its ticket, and how long its entry has left (`nil`
+/// for an empty line), looked up before anything that depends on them is written. An entry
+/// without a deadline (the deadlines' key, or the entry in it, was evicted or deleted) counts as
+/// expired and leaves the line here, as the sweep would have taken it out: the sweep finds
+/// entries by their deadlines, so nothing else would ever take it out, and every hand-off would
+/// fail on it while the line jams behind it.
 macro_rules! head_of_line {
     () => {
         r#"
