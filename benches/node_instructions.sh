@@ -9,7 +9,8 @@
 # src/scripts.rs and src/scripts/fair.rs, so this measures the code as it is.
 #
 # Usage: bash benches/node_instructions.sh [pairs]   (default 2000; about a minute)
-#        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only)
+#        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only;
+#        fair-handoff, a join round and a release that hands over, runs only when named)
 # Needs valgrind, redis-server and python3 (Debian's packages valgrind, redis-server, python3).
 set -euo pipefail
 # Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
@@ -88,6 +89,9 @@ commands() {
         resp SET n redmutex:readers PXAT 9999999999999
         resp PEXPIREAT n:readers 9999999999999
     fi
+    if [ "$case" = fair-handoff ]; then
+        resp SET n value0 PX 8000
+    fi
     for ((i = 0; i < count; i++)); do
         v="value$i"
         case $case in
@@ -109,6 +113,12 @@ commands() {
         fair-round)
             # A fair round on a free name (its fast path), then the fair release.
             resp EVALSHA "$fair_round_sha" 4 n n:line n:line:until n:ticket "$v" 8000 1
+            resp EVALSHA "$fair_release_sha" 4 n n:line n:line:until n:ticket "$v"
+            ;;
+        fair-handoff)
+            # Contended: the next waiter joins the line (a full round), then the holder's
+            # release hands the key to it, which holds in the next pair.
+            resp EVALSHA "$fair_round_sha" 4 n n:line n:line:until n:ticket "value$((i + 1))" 8000 $((i + 1))
             resp EVALSHA "$fair_release_sha" 4 n n:line n:line:until n:ticket "$v"
             ;;
         empty-scripts)

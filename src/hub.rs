@@ -85,6 +85,14 @@ pub(crate) struct Grant {
 /// How many unclaimed hand-offs a name remembers.
 const UNCLAIMED: usize = 16;
 
+/// The highest ticket counter a notice may name and still be heard as a hint (2^32). A node's
+/// counter grows by one per waiter that joins while the line lives, and the line's keys go
+/// when its last entry does: no line lives through four billion joins. A higher counter comes
+/// from somebody else's `PUBLISH`, and taken as a hint it would make our next joiner offer a
+/// ticket near what the nodes can hold exactly (`scripts::fair::TICKET_LIMIT`), or past it. An
+/// ignored hint costs at most one round: the nodes give the joiner the next free ticket.
+const HINT_LIMIT: u64 = 1 << 32;
+
 impl Waiters {
     fn new(nodes: usize, quorum: usize, subscription: Subscribing) -> Waiters {
         Waiters {
@@ -272,6 +280,12 @@ impl Hub {
 
     /// A node's notice on `name`: a release (the payload is the released value) or a hand-off
     /// (see `scripts::fair::GRANT_MARK`).
+    ///
+    /// Anyone allowed to `PUBLISH` on the node can send one (the README's ACL section: those are
+    /// users who could write the lock keys as well). So a notice is `node`'s word (the listener
+    /// that heard it) about `node` only, whatever node it was first published on; a hand-off goes
+    /// only to the waiter its fingerprint names, which counts it only where its place has the
+    /// ticket named (`Standing::handed`); and its counter is a hint within [`HINT_LIMIT`].
     pub(crate) fn notice(&self, node: usize, name: &str, payload: &[u8], now: Instant) {
         let mut state = self.state();
         let Some(waiters) = state.names.get_mut(name) else {
@@ -281,7 +295,9 @@ impl Hub {
             let Some((fingerprint, counter, place)) = parse_grant(grant) else {
                 return;
             };
-            waiters.latest_ticket = waiters.latest_ticket.max(counter);
+            if counter <= HINT_LIMIT {
+                waiters.latest_ticket = waiters.latest_ticket.max(counter);
+            }
             let grant = Grant {
                 node,
                 ticket: place,
@@ -451,6 +467,46 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), second.woken())
             .await
             .expect("the wake-up is passed on");
+    }
+
+    /// A notice is the word of the node whose listener heard it, about that node only, for the
+    /// waiter it names: whatever it says, it never counts for another node or another waiter.
+    #[test]
+    fn a_grant_reaches_only_the_waiter_it_names_as_the_node_that_sent_it() {
+        let hub = hub(3);
+        let now = Instant::now();
+        let (ours, _) = hub.take_turn(&name(), "ours");
+        let (theirs, _) = hub.take_turn(&name(), "theirs");
+        hub.notice(1, "n", b"\0theirs 5 5", now);
+        hub.notice(2, "n", b"\0ours 5 5", now);
+        // Node 2's grant, heard again on node 0's connection, is node 0's word.
+        hub.notice(0, "n", b"\0ours 5 5", now);
+        hub.notice(0, "n", b"\0nobody 5 5", now);
+        let grant = |node| Grant {
+            node,
+            ticket: Some(5),
+        };
+        assert_eq!(ours.take_news(), (vec![grant(2), grant(0)], false));
+        assert_eq!(theirs.take_news(), (vec![grant(1)], false));
+        // A waiter that takes its turn later claims only grants that name it.
+        drop(ours);
+        let (later, _) = hub.take_turn(&name(), "nobody");
+        assert_eq!(later.take_news(), (vec![grant(0)], false));
+    }
+
+    #[test]
+    fn a_counter_no_line_reaches_is_no_hint() {
+        let hub = hub(3);
+        let (_turn, _) = hub.take_turn(&name(), "ours");
+        let now = Instant::now();
+        hub.notice(0, "n", b"\0x 7 1", now);
+        assert_eq!(hub.latest_ticket("n", 0), 7);
+        hub.notice(0, "n", b"\0x 18446744073709551615 1", now);
+        hub.notice(1, "n", b"\0x 1152921504606846976 1", now);
+        hub.notice(2, "n", format!("\0x {} 1", HINT_LIMIT + 1).as_bytes(), now);
+        assert_eq!(hub.latest_ticket("n", 0), 7);
+        hub.notice(2, "n", format!("\0x {HINT_LIMIT} 1").as_bytes(), now);
+        assert_eq!(hub.latest_ticket("n", 0), HINT_LIMIT);
     }
 
     #[test]

@@ -513,3 +513,414 @@ async fn fair_with_fencing_is_a_configuration_error() {
         Err(Error::Config { field, .. }) if field == "fair"
     ));
 }
+
+/// `name`'s line on `node`: each waiter's value and ticket, first in line first.
+fn line_entries(cluster: &Cluster, node: usize, name: &str) -> Vec<(String, u64)> {
+    let mut connection = cluster.node(node).connection();
+    redis::cmd("ZRANGE")
+        .arg(format!("{name}:line"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut connection)
+        .expect("ZRANGE")
+}
+
+/// Runs `command` on nodes `nodes`, as an operator (or an eviction) would.
+fn on_nodes(cluster: &Cluster, nodes: impl IntoIterator<Item = usize>, command: &redis::Cmd) {
+    for node in nodes {
+        let mut connection = cluster.node(node).connection();
+        let _: redis::Value = command.query(&mut connection).expect("command runs");
+    }
+}
+
+/// Lets waiters `0..count` from fresh clients join `name`'s line one after the other, each once
+/// it stands on every node.
+async fn join_in_turn(
+    cluster: &Cluster,
+    name: &str,
+    count: usize,
+    order: &Order,
+    history: &Arc<History>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let before = line_len(cluster, 0, name);
+    let mut waiters = Vec::new();
+    for i in 0..count {
+        let mutex = fair(&client(cluster).await, name);
+        waiters.push(serve(i, mutex, Duration::from_millis(2), order, history));
+        let joined = before + i as i64 + 1;
+        eventually("joined", || {
+            (0..cluster.len()).all(|node| line_len(cluster, node, name) == joined)
+        })
+        .await;
+    }
+    waiters
+}
+
+/// Waits for `waiters`, generously: a line that jams never serves them.
+async fn all_served(waiters: Vec<tokio::task::JoinHandle<()>>) {
+    let all = futures::future::join_all(waiters);
+    let served = tokio::time::timeout(Duration::from_secs(15), all)
+        .await
+        .expect("every waiter served: the line jammed");
+    for waiter in served {
+        waiter.expect("waiter finished");
+    }
+}
+
+/// The case: a waiter stands in line but its deadline is gone (an eviction of
+/// `<name>:line:until`, or a hand-made `ZREM`), and then its client crashes, so nothing renews or
+/// removes its place. A missing deadline reads as expired: the release passes it over and hands
+/// the lock to the next waiter, and the line goes on in order.
+#[tokio::test]
+async fn a_waiter_without_a_deadline_is_passed_over() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster).await;
+    let name = "fair:no-deadline";
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    let proxies = cluster.proxies();
+    let doomed = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    let crashed = tokio::spawn({
+        let mutex = fair(&doomed, name);
+        async move { mutex.lock().await }
+    });
+    eventually("the doomed waiter joined", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 1)
+    })
+    .await;
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    let waiters = join_in_turn(&cluster, name, 3, &order, &history).await;
+    proxies.set_mode(&[0, 1, 2], Mode::Blackhole);
+    crashed.abort();
+    let (ghost, _) = line_entries(&cluster, 0, name).remove(0);
+    let forget = redis::cmd("ZREM")
+        .arg(format!("{name}:line:until"))
+        .arg(&ghost)
+        .clone();
+    on_nodes(&cluster, 0..3, &forget);
+
+    held.unlock().await.expect("the release hands the lock on");
+    all_served(waiters).await;
+    assert_eq!(*order.lock().expect("not poisoned"), [0, 1, 2]);
+    history.assert_exclusive();
+    // A later release on the same line works too.
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    held.unlock().await.expect("a later release");
+    eventually("the line is gone", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 0)
+    })
+    .await;
+    drop(proxies);
+}
+
+/// The ticket counter is gone (evicted, deleted) while waiters stand in line: a newcomer still
+/// gets a ticket behind theirs, never one of the tickets already given.
+#[tokio::test]
+async fn a_newcomer_after_the_counter_was_lost_joins_behind_the_line() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster).await;
+    let name = "fair:no-counter";
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    let mut waiters = join_in_turn(&cluster, name, 2, &order, &history).await;
+    // Each waiter's client makes one more round once its subscription is in place (see
+    // `a_hand_off_before_the_client_listens_is_found_at_once`); after that, none renews for a
+    // third of the expiry.
+    let channel = format!("redmutex:released:{name}");
+    eventually("the waiters' clients listen", || {
+        (0..3).all(|node| cluster.node(node).subscribers(&channel) == 2)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    on_nodes(
+        &cluster,
+        0..3,
+        redis::cmd("DEL").arg(format!("{name}:ticket")),
+    );
+    let newcomer = fair(&client(&cluster).await, name);
+    waiters.push(serve(
+        2,
+        newcomer,
+        Duration::from_millis(2),
+        &order,
+        &history,
+    ));
+    eventually("the newcomer joined", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 3)
+    })
+    .await;
+    held.unlock().await.expect("unlock");
+    all_served(waiters).await;
+    assert_eq!(*order.lock().expect("not poisoned"), [0, 1, 2]);
+    history.assert_exclusive();
+}
+
+/// What a load phase of [`the_line_survives_each_of_its_keys_deleted_under_load`] saw.
+#[derive(Default)]
+struct Phase {
+    /// Releases that failed, and how.
+    failed_releases: Vec<String>,
+    /// How many times the vandal deleted its key.
+    deletions: usize,
+}
+
+impl Phase {
+    fn assert_releases_succeeded(&self, key: &str) {
+        assert!(
+            self.failed_releases.is_empty(),
+            "deleting {key}: {} releases failed, the first with {}",
+            self.failed_releases.len(),
+            self.failed_releases[0]
+        );
+    }
+}
+
+/// 4 clients x 2 tasks take the fair lock on `name` 10 times each (holding 2 ms) while `key` is
+/// deleted every 15 ms on `nodes` (if any). Every `lock()` must be served.
+async fn load_phase(
+    cluster: &Arc<Cluster>,
+    name: &'static str,
+    vandal: Option<(String, std::ops::Range<usize>)>,
+    history: &Arc<History>,
+) -> Phase {
+    let failed = Arc::new(StdMutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let redlock = client(cluster).await;
+        for _ in 0..2 {
+            let mutex = fair(&redlock, name);
+            let (history, failed) = (Arc::clone(history), Arc::clone(&failed));
+            let task = tasks.len();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let lock = mutex.lock().await.expect("served in line");
+                    let from = Instant::now();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    history.record(&task.to_string(), from, Instant::now(), lock.valid_until());
+                    if let Err(error) = lock.unlock().await {
+                        failed
+                            .lock()
+                            .expect("not poisoned")
+                            .push(format!("{error:?}"));
+                    }
+                }
+            }));
+        }
+    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let vandal = tokio::task::spawn_blocking({
+        let (cluster, done) = (Arc::clone(cluster), Arc::clone(&done));
+        move || {
+            let mut deletions = 0;
+            let Some((key, nodes)) = vandal else {
+                return deletions;
+            };
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(15));
+                on_nodes(&cluster, nodes.clone(), redis::cmd("DEL").arg(&key));
+                deletions += 1;
+            }
+            deletions
+        }
+    });
+    let all = futures::future::join_all(tasks);
+    let finished = tokio::time::timeout(Duration::from_secs(60), all).await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let deletions = vandal.await.expect("vandal finished");
+    for task in finished.expect("every waiter served: the line jammed") {
+        task.expect("task finished");
+    }
+    let failed_releases = failed.lock().expect("not poisoned").clone();
+    Phase {
+        failed_releases,
+        deletions,
+    }
+}
+
+/// Several clients' fair waiters take turns while each key of the line (`<name>:line`,
+/// `<name>:line:until`, `<name>:ticket`) in turn is deleted again and again on two nodes of
+/// three: every waiter is served, every release succeeds, and no two hold at once. Then the lock
+/// key itself on one node: every waiter is still served, though a holder whose key goes on a
+/// node it needed for its quorum has lost the lock (no lock survives that, so neither releases
+/// nor exclusion are checked there). Afterwards the line works as if nothing had happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_survives_each_of_its_keys_deleted_under_load() {
+    let cluster = Arc::new(Cluster::start(3));
+    let name = "fair:vandal";
+    for key in ["line", "line:until", "ticket"] {
+        let history = Arc::new(History::new());
+        let vandal = (format!("{name}:{key}"), 0..2);
+        let phase = load_phase(&cluster, name, Some(vandal), &history).await;
+        phase.assert_releases_succeeded(key);
+        assert!(
+            phase.deletions >= 2,
+            "{key} deleted {} times",
+            phase.deletions
+        );
+        assert_eq!(history.len(), 80, "{key}");
+        history.assert_exclusive();
+    }
+    let vandal = (name.to_owned(), 0..1);
+    let phase = load_phase(&cluster, name, Some(vandal), &Arc::new(History::new())).await;
+    assert!(phase.deletions >= 2, "deleted {} times", phase.deletions);
+    let history = Arc::new(History::new());
+    let phase = load_phase(&cluster, name, None, &history).await;
+    phase.assert_releases_succeeded("none");
+    assert_eq!(history.len(), 80);
+    history.assert_exclusive();
+    eventually("nothing is left", || {
+        (0..3).all(|node| cluster.node(node).dbsize() == 0)
+    })
+    .await;
+}
+
+/// `PUBLISH`es `payload` on `name`'s notice channel on `node`, as anyone allowed to could;
+/// returns how many connections heard it.
+fn publish(cluster: &Cluster, node: usize, name: &str, payload: &[u8]) -> i64 {
+    let mut connection = cluster.node(node).connection();
+    redis::cmd("PUBLISH")
+        .arg(format!("redmutex:released:{name}"))
+        .arg(payload)
+        .query(&mut connection)
+        .expect("PUBLISH")
+}
+
+/// The fingerprint a grant notice names `value` by, as the node's scripts write it.
+fn fingerprint(cluster: &Cluster, value: &str) -> String {
+    let mut connection = cluster.node(0).connection();
+    redis::cmd("EVAL")
+        .arg("return redis.sha1hex(ARGV[1])")
+        .arg(0)
+        .arg(value)
+        .query(&mut connection)
+        .expect("EVAL")
+}
+
+/// Grant notices that anyone allowed to `PUBLISH` on the nodes could send while the lock is held
+/// (see the README's ACL section): one naming another waiter, ones naming a ticket our place does
+/// not have or none, and copies of one node's grant published on node 0's connection again and
+/// again. None counts: the waiter at most makes a round, which finds the holder's keys, and it
+/// gets the lock only once the holder releases it.
+#[tokio::test]
+async fn forged_grant_notices_do_not_hand_the_lock_over() {
+    let cluster = Cluster::start(3);
+    let name = "fair:forged";
+    let holder = client(&cluster).await;
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    let held_from = Instant::now();
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    let waiter = serve(
+        0,
+        fair(&client(&cluster).await, name),
+        Duration::from_millis(2),
+        &order,
+        &history,
+    );
+    eventually("the waiter stands in line and listens", || {
+        (0..3).all(|node| {
+            line_len(&cluster, node, name) == 1
+                && cluster
+                    .node(node)
+                    .subscribers(&format!("redmutex:released:{name}"))
+                    == 1
+        })
+    })
+    .await;
+    let (value, ticket) = line_entries(&cluster, 0, name).remove(0);
+    let (ours, theirs) = (
+        fingerprint(&cluster, &value),
+        fingerprint(&cluster, "theirs"),
+    );
+    let forged = [
+        (0..3, format!("\0{theirs} {ticket} {ticket}")),
+        (0..3, format!("\0{ours} {ticket} {}", ticket + 1)),
+        (0..3, format!("\0{ours} {ticket} {}", ticket - 1)),
+        (0..3, format!("\0{ours} {ticket}")),
+        (0..1, format!("\0{ours} {ticket} {ticket}")),
+        (0..1, format!("\0{ours} {ticket} {ticket}")),
+        (0..1, format!("\0{ours} {ticket} {ticket}")),
+    ];
+    for (nodes, payload) in forged {
+        for node in nodes {
+            assert_eq!(publish(&cluster, node, name, payload.as_bytes()), 1);
+        }
+    }
+    // Time for the waiter to read them, and for the round that a grant from fewer than a
+    // quorum of nodes calls for once a node timeout (500 ms) passed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(order.lock().expect("not poisoned").is_empty(), "not served");
+    history.record("holder", held_from, Instant::now(), held.valid_until());
+    held.unlock().await.expect("unlock");
+    all_served(vec![waiter]).await;
+    history.assert_exclusive();
+}
+
+/// A notice's ticket counter is a hint for the offer of its client's next joiner. One that no
+/// line reaches (2^60, published by hand) is not heard: taken as a hint, it would give that
+/// joiner a ticket past what the nodes keep exactly, and the next joiner of another client a
+/// place ahead of it.
+#[tokio::test]
+async fn a_forged_ticket_hint_does_not_reorder_the_line() {
+    let cluster = Cluster::start(3);
+    let name = "fair:forged-hint";
+    let holder = client(&cluster).await;
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    let (order, history) = (Order::default(), Arc::new(History::new()));
+    let heard = client(&cluster).await;
+    let first = serve(
+        0,
+        fair(&heard, name),
+        Duration::from_millis(2),
+        &order,
+        &history,
+    );
+    eventually("the first waiter stands in line and listens", || {
+        (0..3).all(|node| {
+            line_len(&cluster, node, name) == 1
+                && cluster
+                    .node(node)
+                    .subscribers(&format!("redmutex:released:{name}"))
+                    == 1
+        })
+    })
+    .await;
+    let nobody = fingerprint(&cluster, "nobody");
+    for node in 0..3 {
+        let payload = format!("\0{nobody} {} 1", 1u64 << 60);
+        assert_eq!(publish(&cluster, node, name, payload.as_bytes()), 1);
+    }
+    // Time for the client to read the notices.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut waiters = vec![first];
+    waiters.push(serve(
+        1,
+        fair(&heard, name),
+        Duration::from_millis(2),
+        &order,
+        &history,
+    ));
+    eventually("the second waiter joined", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 2)
+    })
+    .await;
+    let other = fair(&client(&cluster).await, name);
+    waiters.push(serve(2, other, Duration::from_millis(2), &order, &history));
+    eventually("the other client's waiter joined", || {
+        (0..3).all(|node| line_len(&cluster, node, name) == 3)
+    })
+    .await;
+    // As the node writes them: a score past 2^53 would read "1.152921504606847e+18".
+    let tickets: Vec<(String, String)> = redis::cmd("ZRANGE")
+        .arg(format!("{name}:line"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut cluster.node(0).connection())
+        .expect("ZRANGE");
+    let tickets: Vec<&str> = tickets.iter().map(|(_, ticket)| ticket.as_str()).collect();
+    assert_eq!(tickets, ["1", "2", "3"]);
+    held.unlock().await.expect("unlock");
+    all_served(waiters).await;
+    assert_eq!(*order.lock().expect("not poisoned"), [0, 1, 2]);
+    history.assert_exclusive();
+}

@@ -74,7 +74,7 @@ use crate::hub::{Subscribing, Turn};
 use crate::mutex::Mutex;
 use crate::node::Op;
 use crate::quorum::{Tally, validity};
-use crate::scripts::fair::fingerprint;
+use crate::scripts::fair::{TICKET_LIMIT, fingerprint};
 use crate::settings::Plan;
 
 use super::Resume;
@@ -378,7 +378,7 @@ impl<'a> FairWait<'a> {
         }
         let ticket = match self.standing.ticket() {
             Some(ticket) => ticket,
-            None => self.heard(0) + 1,
+            None => self.heard(0).saturating_add(1).min(TICKET_LIMIT),
         };
         Op::Round { ticket }
     }
@@ -591,6 +591,39 @@ mod tests {
         // The notice of a hand-off to our present place counts.
         standing.handed(1, Some(3));
         standing.handed(2, Some(3));
+        assert_eq!(standing.held_from(), Some(t0 + MS));
+    }
+
+    /// Forged or stray notices: a grant counts only for the node that sent it (the hub's word,
+    /// see `Hub::notice`), and only where our place there has the ticket it names; anything else
+    /// at most calls for a round, which tells what the node really did.
+    #[test]
+    fn only_a_grant_for_our_place_on_that_node_counts() {
+        let t0 = Instant::now();
+        let mut standing = Standing::new(3, 2);
+        standing.round(t0, &[line(4), line(4), line(4)]);
+        for forged in [Some(3), Some(5), Some(u64::MAX), None] {
+            for node in 0..3 {
+                standing.handed(node, forged);
+            }
+            assert_eq!(standing.held_from(), None, "{forged:?}");
+            assert!(!standing.partial(), "{forged:?}");
+            assert!(standing.unconfirmed(), "{forged:?}: a round finds out");
+            standing.round(t0, &[line(4), line(4), line(4)]);
+        }
+        // One node's grant, heard over and over (copies of other nodes' grants published on
+        // its channel), is one node of a quorum of two.
+        for _ in 0..3 {
+            standing.handed(0, Some(4));
+        }
+        assert_eq!(standing.held_from(), None);
+        assert!(standing.partial(), "a round ends a split that lasts");
+        // The round finds the key was never ours there.
+        standing.round(t0 + MS, &[line(4), line(4), line(4)]);
+        assert!(!standing.partial());
+        assert_eq!(standing.next(), Next::Wait);
+        standing.handed(1, Some(4));
+        standing.handed(2, Some(4));
         assert_eq!(standing.held_from(), Some(t0 + MS));
     }
 
