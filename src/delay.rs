@@ -13,6 +13,15 @@ pub(crate) const DEFAULT_MIN: Duration = Duration::from_millis(50);
 /// Upper bound (exclusive) of the default range.
 pub(crate) const DEFAULT_MAX: Duration = Duration::from_millis(250);
 
+/// The longest wait a deadline is set for: about 30 years, as tokio's own "far future". Delays
+/// are not bounded (`Duration::MAX` waits for ever, within the tries), but `Instant + Duration`
+/// panics past what the clock represents, so a deadline is never set further out than this.
+pub(crate) const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// How many delays [`RetryDelay::total`] draws one by one; each further one counts as their
+/// average, so that `u32::MAX` tries cost no more work than this.
+const SUMMED: u32 = 1000;
+
 /// A user-supplied delay: receives the number of the attempt that just failed (1, 2, ...).
 pub(crate) type DelayFn = Arc<dyn Fn(u32) -> Duration + Send + Sync>;
 
@@ -58,6 +67,23 @@ impl RetryDelay {
             RetryDelay::Random { min, .. } => *min,
             RetryDelay::Fixed(delay) => *delay,
             RetryDelay::Custom(f) => f(failed),
+        }
+    }
+
+    /// The delays after attempts 1 to `count`, added up (saturating): how long `lock()` would
+    /// wait in all, between `count + 1` tries.
+    ///
+    /// The first thousand delays are drawn (or computed) one by one; each further one counts as
+    /// their average. That is exact for a fixed delay, and close for a random one; a function
+    /// is called a thousand times at most.
+    pub(crate) fn total(&self, count: u32, rng: &mut impl Rng) -> Duration {
+        let drawn = count.min(SUMMED);
+        let sum = (1..=drawn).fold(Duration::ZERO, |sum, failed| {
+            sum.saturating_add(self.after(failed, rng))
+        });
+        match count - drawn {
+            0 => sum,
+            rest => sum.saturating_add((sum / drawn).saturating_mul(rest)),
         }
     }
 
@@ -126,6 +152,54 @@ mod tests {
         assert_eq!(
             RetryDelay::Custom(Arc::new(|_| Duration::from_millis(1))).longest(),
             None
+        );
+    }
+
+    #[test]
+    fn totals_are_exact_for_fixed_delays_and_saturate() {
+        let mut rng = StdRng::seed_from_u64(0);
+        let ms = Duration::from_millis;
+        assert_eq!(RetryDelay::Fixed(ms(7)).total(0, &mut rng), Duration::ZERO);
+        assert_eq!(RetryDelay::Fixed(ms(7)).total(3, &mut rng), ms(21));
+        assert_eq!(
+            RetryDelay::Fixed(ms(1)).total(u32::MAX, &mut rng),
+            ms(u64::from(u32::MAX))
+        );
+        for count in [1, 2, SUMMED, SUMMED + 1, u32::MAX] {
+            let max = RetryDelay::Fixed(Duration::MAX);
+            assert_eq!(max.total(count, &mut rng), Duration::MAX, "{count}");
+            let custom = RetryDelay::Custom(Arc::new(|_| Duration::MAX));
+            assert_eq!(custom.total(count, &mut rng), Duration::MAX, "{count}");
+        }
+        assert_eq!(
+            RetryDelay::Fixed(Duration::ZERO).total(u32::MAX, &mut rng),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn totals_call_a_function_a_thousand_times_at_most() {
+        let mut rng = StdRng::seed_from_u64(0);
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = Arc::clone(&calls);
+        let custom = RetryDelay::Custom(Arc::new(move |n| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Duration::from_millis(u64::from(n))
+        }));
+        // 1 + 2 + 3 ms, each computed.
+        assert_eq!(custom.total(3, &mut rng), Duration::from_millis(6));
+        calls.store(0, std::sync::atomic::Ordering::Relaxed);
+        // 1 to 1000 ms (500.5 s, 500.5 ms on average), then 2000 more at the average.
+        assert_eq!(
+            custom.total(SUMMED + 2000, &mut rng),
+            Duration::from_millis(500_500 + 2000 * 500) + Duration::from_micros(2000 * 500)
+        );
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), SUMMED);
+        let random = RetryDelay::default().total(u32::MAX, &mut rng);
+        let tries = u32::MAX;
+        assert!(
+            random >= DEFAULT_MIN * tries && random < DEFAULT_MAX * tries,
+            "{random:?}"
         );
     }
 

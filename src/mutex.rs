@@ -22,22 +22,24 @@ use crate::target::Target;
 ///
 /// # Default
 ///
-/// | setting | default |
-/// |---|---|
-/// | [`with_expiry`](Mutex::with_expiry) | 8 s |
-/// | [`with_tries`](Mutex::with_tries) | 32 |
-/// | [`with_retry_delay`](Mutex::with_retry_delay) | random in 50..250 ms |
-/// | [`with_drift_factor`](Mutex::with_drift_factor) | 0.01 |
-/// | [`with_timeout_factor`](Mutex::with_timeout_factor) | 0.05 (400 ms per node at 8 s expiry) |
-/// | [`with_fail_fast`](Mutex::with_fail_fast) | false |
-/// | [`with_shuffle_nodes`](Mutex::with_shuffle_nodes) | false |
-/// | [`with_value_fn`](Mutex::with_value_fn) | 16 random bytes (CSPRNG), base64url |
-/// | [`with_fencing`](Mutex::with_fencing) | false |
-/// | [`with_wake_on_release`](Mutex::with_wake_on_release) | false |
-/// | [`with_fair`](Mutex::with_fair) | false |
+/// | setting | default | valid |
+/// |---|---|---|
+/// | [`with_expiry`](Mutex::with_expiry) | 8 s | 1 ms to 365 days |
+/// | [`with_tries`](Mutex::with_tries) | 32 | 1 to `u32::MAX` |
+/// | [`with_retry_delay`](Mutex::with_retry_delay) | random in 50..250 ms | any, `Duration::MAX` waits for ever |
+/// | [`with_drift_factor`](Mutex::with_drift_factor) | 0.01 | `[0, 1)` |
+/// | [`with_timeout_factor`](Mutex::with_timeout_factor) | 0.05 (400 ms per node at 8 s expiry) | `(0, 1)` |
+/// | [`with_fail_fast`](Mutex::with_fail_fast) | false | |
+/// | [`with_shuffle_nodes`](Mutex::with_shuffle_nodes) | false | |
+/// | [`with_value_fn`](Mutex::with_value_fn) | 16 random bytes (CSPRNG), base64url | not empty, no NUL |
+/// | [`with_fencing`](Mutex::with_fencing) | false | |
+/// | [`with_wake_on_release`](Mutex::with_wake_on_release) | false | |
+/// | [`with_fair`](Mutex::with_fair) | false | one name, no fencing |
 ///
-/// Setters never fail: an invalid value (say a drift factor of 1.5) is reported as
-/// [`Error::Config`] by the first operation, before any I/O.
+/// # Errors
+///
+/// Setters never fail: an invalid value (say a drift factor of 1.5, or NaN) is reported as
+/// [`Error::Config`] by the first operation, before any I/O, naming the setting and its bounds.
 ///
 /// # Examples
 ///
@@ -103,6 +105,12 @@ impl Mutex {
     /// Sent in whole milliseconds (rounded down); must be between 1 ms and 365 days. Choose it longer
     /// than the critical section, or [`extend`](Lock::extend) while working.
     ///
+    /// # Errors
+    ///
+    /// Outside those bounds (`Duration::MAX` included), every operation returns [`Error::Config`]
+    /// naming them, before any I/O: locks are leases, not storage, and a lease of years is a
+    /// mistake; the bound also keeps every `PX` a node takes, and every deadline, in range.
+    ///
     /// # Examples
     ///
     /// ```
@@ -120,7 +128,8 @@ impl Mutex {
         self.with_settings(|s| s.expiry = expiry)
     }
 
-    /// How many attempts [`lock()`](Mutex::lock) makes before giving up. Default 32; at least 1.
+    /// How many attempts [`lock()`](Mutex::lock) makes before giving up. Default 32; at least 1
+    /// ([`Error::Config`] otherwise). `u32::MAX` is valid, and in effect never gives up.
     ///
     /// # Examples
     ///
@@ -140,6 +149,13 @@ impl Mutex {
     /// Waits exactly `delay` between attempts. Default: random in 50..250 ms, which spreads
     /// competing clients apart; a fixed delay suits tests and single-contender setups.
     ///
+    /// Every delay is valid. `Duration::ZERO` tries again at once (each attempt still costs a
+    /// round trip to every node). `Duration::MAX` waits for ever between attempts: with
+    /// [`with_wake_on_release`](Mutex::with_wake_on_release) or [`with_fair`](Mutex::with_fair)
+    /// only a release ends the wait, which suits a waiter that should never poll; without them
+    /// `lock()` makes one attempt and then waits until it is cancelled (say by
+    /// `tokio::time::timeout`).
+    ///
     /// # Examples
     ///
     /// ```
@@ -157,7 +173,8 @@ impl Mutex {
     }
 
     /// Computes the delay from the number of the attempt that just failed (1, 2, ...), e.g. for
-    /// exponential backoff. Replaces [`with_retry_delay`](Mutex::with_retry_delay).
+    /// exponential backoff. Replaces [`with_retry_delay`](Mutex::with_retry_delay). Any delay it
+    /// returns is valid, as there.
     ///
     /// # Examples
     ///
@@ -181,7 +198,8 @@ impl Mutex {
     }
 
     /// The allowance for clock drift between machines, as a fraction of the expiry: validity is
-    /// `expiry - elapsed - expiry * drift_factor`. Default 0.01; must be in `[0, 1)`.
+    /// `expiry - elapsed - expiry * drift_factor`. Default 0.01; must be in `[0, 1)` (NaN is not),
+    /// or every operation returns [`Error::Config`] before any I/O.
     ///
     /// # Examples
     ///
@@ -200,7 +218,7 @@ impl Mutex {
 
     /// The per-node timeout as a fraction of the expiry: no node call waits longer than
     /// `expiry * timeout_factor`, so one slow or paused node cannot stall a lock. Default 0.05; must
-    /// be in `(0, 1)`.
+    /// be in `(0, 1)` (NaN is not), or every operation returns [`Error::Config`] before any I/O.
     ///
     /// # Examples
     ///
@@ -349,10 +367,11 @@ impl Mutex {
     /// A lock handed over in line is valid from the waiter's last renewal of its place, so its
     /// [`valid_until`](Lock::valid_until) may be up to a third of the expiry shorter than after a
     /// fresh acquisition; [`extend`](Lock::extend) as usual. `lock()` waits in line as long as it
-    /// would otherwise spend in its retry delays (the sum of `tries - 1` delays), then leaves the
-    /// line; [`try_lock`](Mutex::try_lock) never joins it. Fair waiting needs listeners, hence a
-    /// [`Redlock::connect`](crate::Redlock::connect) client, and does not combine with fencing
-    /// yet ([`Error::Config`]).
+    /// would otherwise spend in its retry delays (the sum of `tries - 1` delays; past the first
+    /// thousand, each counts as their average, so a delay function is asked a thousand times at
+    /// most), then leaves the line; [`try_lock`](Mutex::try_lock) never joins it. Fair waiting
+    /// needs listeners, hence a [`Redlock::connect`](crate::Redlock::connect) client, and does not
+    /// combine with fencing yet ([`Error::Config`]).
     ///
     /// # Examples
     ///

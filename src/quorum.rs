@@ -29,8 +29,11 @@ pub(crate) fn permit_quorum(nodes: usize, permits: u32) -> usize {
 ///
 /// `expiry - elapsed - expiry * drift_factor`, where `expiry` is what was sent to the nodes. Clocks
 /// of different machines run at slightly different rates; the drift term is the margin for that.
+/// A drift that is no duration (a factor that is negative or not a number, or too large) leaves
+/// nothing: settings refuse such factors, and this never panics on them.
 pub(crate) fn validity(expiry: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
-    let drift = expiry.mul_f64(drift_factor);
+    // `Duration::mul_f64`, without its panic.
+    let drift = Duration::try_from_secs_f64(drift_factor * expiry.as_secs_f64()).ok()?;
     expiry
         .checked_sub(elapsed)?
         .checked_sub(drift)
@@ -362,6 +365,31 @@ mod tests {
             "drift > what is left"
         );
         assert_eq!(validity(100 * MS, Duration::MAX, 0.0), None, "huge elapsed");
+    }
+
+    #[test]
+    fn validity_of_any_factor_is_a_value_never_a_panic() {
+        for expiry in [Duration::ZERO, MS, 100 * MS, Duration::MAX] {
+            for factor in [
+                f64::NAN,
+                -1.0,
+                -0.0,
+                1.0,
+                2.0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+            ] {
+                let left = validity(expiry, Duration::ZERO, factor);
+                assert!(
+                    left.is_none_or(|left| left <= expiry),
+                    "{expiry:?} {factor}"
+                );
+            }
+        }
+        assert_eq!(validity(100 * MS, Duration::ZERO, f64::NAN), None);
+        assert_eq!(validity(100 * MS, Duration::ZERO, -1.0), None);
+        assert_eq!(validity(Duration::MAX, Duration::ZERO, 2.0), None);
+        assert_eq!(validity(100 * MS, 10 * MS, -0.0), Some(90 * MS));
     }
 
     #[test]

@@ -165,8 +165,8 @@ impl RwLock {
         self.with_settings(|s| s.tries = tries)
     }
 
-    /// Waits exactly `delay` between attempts. Default: random in 50..250 ms; see
-    /// [`Mutex::with_retry_delay`].
+    /// Waits exactly `delay` between attempts. Default: random in 50..250 ms. Every delay is
+    /// valid, `Duration::MAX` included; see [`Mutex::with_retry_delay`].
     ///
     /// # Examples
     ///

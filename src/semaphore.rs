@@ -138,7 +138,8 @@ impl Semaphore {
         self.with(|m| m.with_tries(tries))
     }
 
-    /// Waits exactly `delay` between attempts. Default: random in 50..250 ms.
+    /// Waits exactly `delay` between attempts. Default: random in 50..250 ms. Every delay is
+    /// valid, `Duration::MAX` included; see [`Mutex::with_retry_delay`].
     ///
     /// # Examples
     ///

@@ -104,6 +104,11 @@ impl Plan {
         self.retry_delay.after(failed, &mut rand::rng())
     }
 
+    /// The retry delays after attempts 1 to `count`, added up: see `RetryDelay::total`.
+    pub(crate) fn retry_delays_total(&self, count: u32) -> Duration {
+        self.retry_delay.total(count, &mut rand::rng())
+    }
+
     /// How this mutex releases: compare-and-delete, with a notice for waiters when they listen,
     /// and a hand-off to the head of the line when they wait in it.
     pub(crate) fn release_op(&self) -> Op {

@@ -140,7 +140,10 @@ async fn ended(keep: &Option<KeepAlive>) -> KeepAliveEnd {
 fn lose(lock: &Lock, group: Option<Pid>, grace: Duration, why: &str) -> Instant {
     send(group, Signal::TERM);
     let now = Instant::now();
-    let kill_at = now.checked_add(grace).unwrap_or(now).min(last_moment(lock));
+    // A grace too long for the clock (`--grace` takes up to billions of hours) is as long as the
+    // lock allows, not none at all.
+    let last = last_moment(lock);
+    let kill_at = now.checked_add(grace).map_or(last, |at| at.min(last));
     say(format!(
         "lost the lock {} ({why}): sent SIGTERM to the command, SIGKILL follows in {:?} at the \
          latest",

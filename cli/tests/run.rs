@@ -213,13 +213,23 @@ fn start_lost_lock_run(
     name: &str,
     script: &str,
 ) -> (Child, mpsc::Receiver<Instant>) {
+    start_lost_lock_run_with_grace(cluster, name, "30s", script)
+}
+
+/// [`start_lost_lock_run`] with another `--grace`.
+fn start_lost_lock_run_with_grace(
+    cluster: &Cluster,
+    name: &str,
+    grace: &str,
+    script: &str,
+) -> (Child, mpsc::Receiver<Instant>) {
     let dir = tempfile::tempdir().unwrap().keep();
     let pipe = fifo(&dir);
     let (opened, dead) = watch_pipe(pipe.clone());
     let script = script.replace("PIPE", &pipe.display().to_string());
     let child = redmutex(cluster)
         .args([
-            "run", "--expiry", "2s", "--grace", "30s", name, "--", "sh", "-c", &script,
+            "run", "--expiry", "2s", "--grace", grace, name, "--", "sh", "-c", &script,
         ])
         .stderr(Stdio::piped())
         .spawn()
@@ -292,6 +302,28 @@ fn a_lost_lock_sends_sigterm_at_once() {
     // The command exited 0 on its own, but it was cut short: the lock was lost.
     assert_eq!(code, Some(70), "{stderr}");
     assert!(stderr.contains("an extension failed"), "{stderr}");
+}
+
+/// A grace longer than the clock can count from now (the parser takes up to billions of hours)
+/// lasts until the lock's validity ends, like any long grace: the command's SIGTERM handler
+/// gets its time, rather than a SIGKILL at once.
+#[test]
+fn a_grace_beyond_the_clock_still_lets_the_command_finish() {
+    let cluster = Cluster::start(3);
+    let done = tempfile::tempdir().unwrap().keep().join("done");
+    let script = r#"trap 'sleep 0.2; echo done > "DONE"; exit 0' TERM; exec 3>"PIPE"; while :; do sleep 0.05; done"#
+        .replace("DONE", &done.display().to_string());
+    let huge = format!("{}h", u64::MAX / 3600);
+    let (child, dead) = start_lost_lock_run_with_grace(&cluster, "lost-grace", &huge, &script);
+    pause_majority(&cluster);
+    dead.recv_timeout(Duration::from_secs(40))
+        .expect("the command ends");
+    let (code, stderr) = finish(&cluster, child);
+    assert_eq!(code, Some(70), "{stderr}");
+    assert!(
+        done.exists(),
+        "the command was killed before its SIGTERM handler ended\n{stderr}"
+    );
 }
 
 #[test]

@@ -69,6 +69,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::delay::FOREVER;
 use crate::error::NodeErrorKind;
 use crate::hub::{Subscribing, Turn};
 use crate::mutex::Mutex;
@@ -431,8 +432,8 @@ impl<'a> FairWait<'a> {
     fn gives_up_at(&mut self) -> Instant {
         let (plan, tries, began) = (self.plan, self.tries, self.began);
         *self.gives_up_at.get_or_insert_with(|| {
-            let budget: Duration = (1..tries).map(|n| plan.retry_delay_after(n)).sum();
-            began + budget
+            let budget: Duration = plan.retry_delays_total(tries.saturating_sub(1));
+            began + budget.min(FOREVER)
         })
     }
 
@@ -471,7 +472,7 @@ impl<'a> FairWait<'a> {
                 // No listeners (connections the caller built): nobody tells us of a hand-off,
                 // so a round every retry delay finds it.
                 let delay = self.plan.retry_delay_after(1);
-                let poll = tokio::time::Instant::now() + delay;
+                let poll = tokio::time::Instant::now() + delay.min(FOREVER);
                 tokio::time::sleep_until(due.min(poll)).await;
                 return Resume::Attempt;
             };

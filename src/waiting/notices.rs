@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::delay::FOREVER;
 use crate::hub::Place;
 use crate::mutex::Mutex;
 use crate::node;
@@ -117,7 +118,7 @@ async fn wait_in_line(
     places: &[Place],
     delay: Duration,
 ) -> Option<usize> {
-    let deadline = tokio::time::Instant::now() + delay;
+    let deadline = tokio::time::Instant::now() + delay.min(FOREVER);
     loop {
         let index = tokio::select! {
             () = tokio::time::sleep_until(deadline) => return None,
