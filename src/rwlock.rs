@@ -30,8 +30,10 @@ use crate::target::Target;
 ///   that the `SET NX` of a writer or a `Mutex` fails. Its expiry is the latest reader's, so when
 ///   the last reader's entry expires, the marker goes too.
 /// - `x:readers` is a sorted set of the readers' values, each scored by when it expires on the
-///   node's own clock (Redis `TIME`); every script sweeps expired entries first, so a crashed
-///   reader blocks writers no longer than its expiry.
+///   node's own clock (Redis `TIME`). An expired entry counts for nothing, so a crashed reader
+///   blocks writers no longer than its expiry; expired entries are swept whenever a writer tries
+///   and whenever a reader comes or goes while others hold, so the entries of readers that
+///   vanished without a release do not pile up while readers keep overlapping.
 /// - `x:writer-waiting` is the mark of a writer that found readers (see below).
 /// - `x:fence` is the fencing counter, as for a `Mutex`.
 ///
@@ -396,9 +398,10 @@ impl RwLock {
 
     /// Acquires a read lock, retrying up to `tries` attempts with the retry delay between them.
     ///
-    /// Each attempt runs one script per node, at once on every node: it sweeps expired readers,
-    /// and adds this reader unless a writer (or a [`Mutex`] on the name) holds the name or a
-    /// writer waits there. It succeeds on a quorum with validity left, as a [`Mutex`] does.
+    /// Each attempt runs one script per node, at once on every node: it adds this reader unless
+    /// a writer (or a [`Mutex`] on the name) holds the name or a writer waits there, and where
+    /// other readers hold it sweeps the expired ones. It succeeds on a quorum with validity left,
+    /// as a [`Mutex`] does.
     ///
     /// # Errors
     ///

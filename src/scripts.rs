@@ -192,19 +192,28 @@ return 1
 /// latest live entry, so `SET NX` of a writer fails meanwhile. Where the marker is missing, no
 /// entry is live (the marker outlives them all), and the set's expiry is set outright.
 ///
-/// Expired entries are not swept here: every decision compares scores with the clock, and the
-/// entry added is later than any expired one; releases and writers sweep. Each command a script
-/// calls costs the node more than the work it does, so this one calls few: `MGET` reads the name
-/// and the mark at once, and `SET NX` keeps a key of another type at the name (which `MGET` reads
-/// as missing) from being overwritten (the entry goes in first, so that a readers key of another
-/// type fails the script before it wrote anything). Lua passes numbers as `%.14g`, exact for
-/// these 13-digit times.
+/// Where other readers hold (the marker is there), expired entries are swept first, in one
+/// `ZREMRANGEBYSCORE` up to now (no dearer than looking whether any expired). Otherwise the entries
+/// of readers that vanished without a release (a crash, a lock dropped outside a runtime, a release
+/// that timed out) would stay for as long as readers keep overlapping and no writer tries: the set
+/// goes only with the last reader. `READ_RELEASE` sweeps for the same reason. Where the marker is
+/// missing, no entry is live and the set went with the marker (both expire with the latest entry),
+/// so a reader alone pays for no sweep. Sweeping changes no decision: every script compares scores
+/// with the clock, so an expired entry counts for nothing whether it is still there or not.
+///
+/// Each command a script calls costs the node more than the work it does, so this one calls few:
+/// `MGET` reads the name and the mark at once, and `SET NX` keeps a key of another type at the
+/// name (which `MGET` reads as missing) from being overwritten (the entry goes in first, so that
+/// a readers key of another type fails the script before it wrote anything). Lua passes numbers
+/// as `%.14g`, exact for these 13-digit times.
 pub(crate) const READ_ACQUIRE: &str = r#"
 local current = redis.call('MGET', KEYS[1], KEYS[3])
 if current[1] and current[1] ~= 'redmutex:readers' then return -1 end
 if current[2] then return -1 end
 local clock = redis.call('TIME')
-local expires = clock[1] * 1000 + math.floor(clock[2] / 1000) + ARGV[2]
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+local expires = now + ARGV[2]
+if current[1] then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
 redis.call('ZADD', KEYS[2], expires, ARGV[1])
 if current[1] then
   redis.call('PEXPIREAT', KEYS[1], expires, 'GT')
@@ -242,9 +251,11 @@ return 1
 /// Read release: `KEYS[1]` = name, `KEYS[2]` = its readers; `ARGV[1]` = value, `ARGV[2]` = `1` to
 /// publish a release notice when the name is freed. Removes our entry. When no live entry is
 /// left, deletes the marker and the set (expired entries with it), which frees the name;
-/// otherwise, if ours was the latest entry, lowers the marker's expiry (and the set's) to the
-/// latest one left. The name's key is read only where it may change, or where the reply needs
-/// it: readers leaving while later ones stay cost four commands.
+/// otherwise sweeps the expired entries (as `READ_ACQUIRE` does among readers, and for the same
+/// reason; the latest entry is live, so the marker's expiry stays right) and, if ours was the
+/// latest entry, lowers the marker's expiry (and the set's) to the latest one left. The name's
+/// key is read only where it may change, or where the reply needs it: readers leaving while later
+/// ones stay cost five commands, the last reader leaving six.
 pub(crate) const READ_RELEASE: &str = r#"
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
@@ -253,6 +264,7 @@ if score then redis.call('ZREM', KEYS[2], ARGV[1]) end
 local latest = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
 local live = score and score > now
 local freed = not latest or latest <= now
+if not freed then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
 local current = false
 if not live or freed or score > latest then
   current = redis.call('GET', KEYS[1])

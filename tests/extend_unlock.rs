@@ -342,3 +342,290 @@ async fn unlock_to_a_stalled_node_without_scripts_still_releases() {
     })
     .await;
 }
+
+/// `extend()` after expiry, for every primitive, in one table: while someone else keeps the name
+/// busy, the expired lock's `extend()` fails and changes nothing on any node (no key or entry
+/// re-created or renewed, no expiry moved; expired entries may be swept). A new primitive gets the
+/// check by adding its row.
+mod after_expiry {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use redmutex::{Error, Lock, Redlock};
+    use testenv::{Cluster, Node};
+
+    use super::support::{client, eventually, quick, quick_semaphore};
+
+    /// How long the expiring lock lives: short, so that the test waits for real expiry on the
+    /// nodes' own clocks (entries of readers and permits are scores on the node's `TIME`, which no
+    /// `PEXPIRE` can bring forward).
+    const SHORT: Duration = Duration::from_millis(400);
+    /// How long the one who keeps the name busy holds: the whole test.
+    const LONG: Duration = Duration::from_secs(30);
+
+    #[derive(Clone, Copy, Debug)]
+    enum Primitive {
+        Mutex,
+        MultiName,
+        Read,
+        Write,
+        Semaphore,
+    }
+
+    const ALL: [Primitive; 5] = [
+        Primitive::Mutex,
+        Primitive::MultiName,
+        Primitive::Read,
+        Primitive::Write,
+        Primitive::Semaphore,
+    ];
+
+    impl Primitive {
+        /// A lock of this primitive on `name` living `expiry`.
+        async fn lock(self, redlock: &Redlock, name: &str, expiry: Duration) -> Lock {
+            // A node timeout of half the expiry: a loaded machine must not fail the short lock.
+            let mutex = |m: redmutex::Mutex| m.with_expiry(expiry).with_timeout_factor(0.5);
+            let rwlock = || {
+                redlock
+                    .new_rwlock(name)
+                    .with_expiry(expiry)
+                    .with_timeout_factor(0.5)
+                    .with_retry_delay(Duration::from_millis(5))
+                    .with_tries(3)
+            };
+            let result = match self {
+                Primitive::Mutex => mutex(quick(redlock, name)).lock().await,
+                Primitive::MultiName => {
+                    let names = [format!("{name}:a"), format!("{name}:b")];
+                    mutex(
+                        redlock
+                            .new_multi_mutex(names)
+                            .with_retry_delay(Duration::from_millis(5))
+                            .with_tries(3),
+                    )
+                    .lock()
+                    .await
+                }
+                Primitive::Read => rwlock().read().await,
+                Primitive::Write => rwlock().write().await,
+                Primitive::Semaphore => {
+                    quick_semaphore(redlock, name, 2)
+                        .with_expiry(expiry)
+                        .with_timeout_factor(0.5)
+                        .acquire()
+                        .await
+                }
+            };
+            result.unwrap_or_else(|e| panic!("{self:?}: lock {name}: {e:?}"))
+        }
+
+        /// Someone else keeping the name busy for the whole test: for readers and permits, a
+        /// holder beside the expiring one, whose entry keeps the name's keys (and so the expired
+        /// entry, unswept) alive; for the others, a holder that takes the name once it is free.
+        async fn keeper(self, redlock: &Redlock, name: &str) -> Lock {
+            match self {
+                Primitive::Mutex | Primitive::Read | Primitive::Semaphore => {
+                    self.lock(redlock, name, LONG).await
+                }
+                // One of the names, under a plain mutex.
+                Primitive::MultiName => {
+                    Primitive::Mutex
+                        .lock(redlock, &format!("{name}:b"), LONG)
+                        .await
+                }
+                // Readers: the name's key holds their marker.
+                Primitive::Write => Primitive::Read.lock(redlock, name, LONG).await,
+            }
+        }
+
+        /// Whether the keeper holds beside the expiring lock (joins before it expires).
+        fn shares(self) -> bool {
+            matches!(self, Primitive::Read | Primitive::Semaphore)
+        }
+
+        /// The error `extend()` must give: `Expired` where our entry is gone or expired beside
+        /// another holder's, `Taken` where another owner's value (or the readers' marker) holds
+        /// the key.
+        fn refused(self, error: &Error) -> bool {
+            match self {
+                Primitive::Read | Primitive::Semaphore => matches!(error, Error::Expired),
+                Primitive::Mutex | Primitive::MultiName | Primitive::Write => {
+                    matches!(error, Error::Taken { .. })
+                }
+            }
+        }
+    }
+
+    /// What a node holds under `prefix`: for each key, its content (a string's value, or a sorted
+    /// set's members and scores) and its time to live in milliseconds (`None`: no expiry).
+    type Keys = BTreeMap<String, (Content, Option<i64>)>;
+
+    #[derive(Debug, PartialEq)]
+    enum Content {
+        String(String),
+        Sorted(BTreeMap<String, String>),
+    }
+
+    fn keys(node: &Node, prefix: &str) -> Keys {
+        let mut connection = node.connection();
+        let names: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query(&mut connection)
+            .expect("KEYS");
+        let mut keys = Keys::new();
+        for key in names {
+            let kind: String = redis::cmd("TYPE")
+                .arg(&key)
+                .query(&mut connection)
+                .expect("TYPE");
+            let content = match kind.as_str() {
+                "string" => Content::String(node.get(&key).unwrap_or_default()),
+                "zset" => {
+                    let pairs: Vec<(String, String)> = redis::cmd("ZRANGE")
+                        .arg(&key)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
+                        .query(&mut connection)
+                        .expect("ZRANGE");
+                    Content::Sorted(pairs.into_iter().collect())
+                }
+                // Gone between KEYS and TYPE (expired): as if never listed.
+                "none" => continue,
+                other => panic!("{key} is a {other}"),
+            };
+            let pttl = node.pttl(&key);
+            if pttl == -2 {
+                continue;
+            }
+            keys.insert(key, (content, (pttl >= 0).then_some(pttl)));
+        }
+        keys
+    }
+
+    /// The node's clock in milliseconds, as the scripts read it.
+    fn now(node: &Node) -> i64 {
+        let (seconds, micros): (i64, i64) = redis::cmd("TIME")
+            .query(&mut node.connection())
+            .expect("TIME");
+        seconds * 1000 + micros / 1000
+    }
+
+    /// Whether `value` still holds anything live under `prefix` on `node`: a key holding it, or
+    /// an entry scored later than the node's clock.
+    fn lives(node: &Node, prefix: &str, value: &str) -> bool {
+        let now = now(node);
+        keys(node, prefix)
+            .values()
+            .any(|(content, _)| match content {
+                Content::String(held) => held == value,
+                Content::Sorted(entries) => entries
+                    .get(value)
+                    .is_some_and(|score| score.parse::<f64>().expect("score") > now as f64),
+            })
+    }
+
+    /// `after` holds nothing that `before` did not, and `before` lost nothing but what expired or
+    /// was swept: no key or entry added, no value or score changed, and every expiry moved by the
+    /// time that passed (`elapsed`, measured around both readings), neither out nor in.
+    fn unchanged(
+        primitive: Primitive,
+        node: usize,
+        before: &Keys,
+        after: &Keys,
+        elapsed: Duration,
+    ) {
+        let elapsed = i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX);
+        for (key, (content, pttl)) in after {
+            let Some((was, was_pttl)) = before.get(key) else {
+                panic!("{primitive:?}: node {node}: extend created {key}: {content:?}");
+            };
+            match (was, content) {
+                (Content::Sorted(was), Content::Sorted(now)) => {
+                    for (member, score) in now {
+                        assert_eq!(
+                            was.get(member),
+                            Some(score),
+                            "{primitive:?}: node {node}: extend added or renewed {member} in {key}"
+                        );
+                    }
+                }
+                (was, now) => assert_eq!(was, now, "{primitive:?}: node {node}: {key} changed"),
+            }
+            let moved = match (was_pttl, pttl) {
+                (None, None) => 0,
+                (Some(was), Some(now)) => was - now,
+                _ => i64::MIN,
+            };
+            // PTTL is read in whole milliseconds, on the node's wall clock.
+            assert!(
+                (0..=elapsed + 5).contains(&moved),
+                "{primitive:?}: node {node}: extend moved {key}'s expiry ({was_pttl:?} -> {pttl:?} ms \
+                 in {elapsed} ms)"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn extend_after_expiry_fails_and_recreates_nothing_for_every_primitive() {
+        let cluster = Cluster::start(3);
+        let redlock = client(&cluster).await;
+        for primitive in ALL {
+            let name = format!("expired:{primitive:?}");
+            let keeper = if primitive.shares() {
+                Some(primitive.keeper(&redlock, &name).await)
+            } else {
+                None
+            };
+            let lock = primitive.lock(&redlock, &name, SHORT).await;
+            eventually(
+                &format!("{primitive:?}: the lock expired on every node"),
+                || {
+                    cluster
+                        .nodes()
+                        .iter()
+                        .all(|node| !lives(node, &name, lock.value()))
+                },
+            )
+            .await;
+            let keeper = match keeper {
+                Some(keeper) => keeper,
+                None => primitive.keeper(&redlock, &name).await,
+            };
+            let started = std::time::Instant::now();
+            let before: Vec<Keys> = cluster.nodes().iter().map(|n| keys(n, &name)).collect();
+            assert!(
+                before.iter().all(|keys| !keys.is_empty()),
+                "{primitive:?}: the keeper holds on every node: {before:?}"
+            );
+
+            let until = lock.valid_until();
+            match lock.extend().await {
+                Err(error) => assert!(
+                    primitive.refused(&error),
+                    "{primitive:?}: extend after expiry: {error:?}"
+                ),
+                Ok(()) => panic!("{primitive:?}: extend after expiry succeeded"),
+            }
+            assert_eq!(
+                lock.valid_until(),
+                until,
+                "{primitive:?}: a failed extend moves nothing"
+            );
+            let after: Vec<Keys> = cluster.nodes().iter().map(|n| keys(n, &name)).collect();
+            let elapsed = started.elapsed();
+            for (node, (before, after)) in before.iter().zip(&after).enumerate() {
+                unchanged(primitive, node, before, after, elapsed);
+            }
+
+            keeper
+                .extend()
+                .await
+                .unwrap_or_else(|e| panic!("{primitive:?}: keeper: {e:?}"));
+            keeper
+                .unlock()
+                .await
+                .unwrap_or_else(|e| panic!("{primitive:?}: keeper: {e:?}"));
+        }
+    }
+}

@@ -258,6 +258,71 @@ async fn a_crashed_readers_entry_expires() {
     lock.unlock().await.expect("unlock");
 }
 
+/// Entries of `name`'s readers on node `i` whose time has passed on the node's clock: readers that
+/// vanished without a release, not yet swept.
+fn expired_entries(cluster: &Cluster, i: usize, name: &str) -> i64 {
+    let mut connection = cluster.node(i).connection();
+    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query(&mut connection).expect("TIME");
+    redis::cmd("ZCOUNT")
+        .arg(readers_key(name))
+        .arg("-inf")
+        .arg(seconds * 1000 + micros / 1000)
+        .query(&mut connection)
+        .expect("ZCOUNT")
+}
+
+/// `count` readers that crash (nothing is released) and whose entries then expire on every node.
+async fn vanish(cluster: &Cluster, rwlock: &RwLock, count: i64) {
+    for _ in 0..count {
+        std::mem::forget(rwlock.read().await.expect("readers share"));
+    }
+    eventually(
+        "the vanished readers' entries expired on every node",
+        || (0..cluster.len()).all(|i| expired_entries(cluster, i, rwlock.name()) == count),
+    )
+    .await;
+}
+
+/// Readers vanish while others keep the name read-locked (the marker never lapses) and no writer
+/// comes: the next reader to come, and the next to leave, sweeps their entries on every node.
+#[tokio::test]
+async fn vanished_readers_are_swept_while_readers_overlap() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "rw:vanished";
+    let lasting = quick(&redlock, name).with_expiry(Duration::from_secs(30));
+    let brief = quick(&redlock, name)
+        .with_expiry(Duration::from_millis(400))
+        .with_timeout_factor(0.5);
+    let keeper = lasting.read().await.expect("free");
+
+    vanish(&cluster, &brief, 30).await;
+    let newcomer = lasting.read().await.expect("readers share");
+    for i in 0..cluster.len() {
+        assert_eq!(
+            expired_entries(&cluster, i, name),
+            0,
+            "node {i}: a reader's acquire left expired entries"
+        );
+        assert_eq!(readers(&cluster, i, name), 2, "node {i}: the live readers");
+    }
+
+    vanish(&cluster, &brief, 30).await;
+    newcomer.unlock().await.expect("unlock");
+    for i in 0..cluster.len() {
+        assert_eq!(
+            expired_entries(&cluster, i, name),
+            0,
+            "node {i}: a reader's release left expired entries"
+        );
+        assert_eq!(readers(&cluster, i, name), 1, "node {i}: the keeper");
+    }
+
+    keeper.unlock().await.expect("unlock");
+    assert!(present(&cluster, name).is_empty());
+    assert!(present(&cluster, &readers_key(name)).is_empty());
+}
+
 /// 8 readers take turns without pause, so that some reader always holds; a writer still gets in
 /// within a bound: the readers holding when it first marked the nodes leave within their hold.
 #[tokio::test]
