@@ -570,10 +570,19 @@ impl Subject {
         }
     }
 
-    fn mutex(&self) -> Option<&redmutex::Mutex> {
+    async fn inspect(&self) -> Result<redmutex::LockState, Error> {
         match self {
-            Subject::Mutex(m) => Some(m),
-            _ => None,
+            Subject::Mutex(m) => m.inspect().await,
+            Subject::Read(rw) | Subject::Write(rw) => rw.inspect().await,
+            Subject::Semaphore(s) => s.inspect().await,
+        }
+    }
+
+    async fn force_unlock(&self) -> Result<usize, Error> {
+        match self {
+            Subject::Mutex(m) => m.force_unlock().await,
+            Subject::Read(rw) | Subject::Write(rw) => rw.force_unlock().await,
+            Subject::Semaphore(s) => s.force_unlock().await,
         }
     }
 }
@@ -597,10 +606,8 @@ async fn refused_everywhere(
         config("unlock", adopted.unlock().await);
         keep = Some(adopted.keep_alive(Duration::ZERO));
     }
-    if let Some(mutex) = subject.mutex() {
-        config("inspect", mutex.inspect().await.map(drop));
-        config("force_unlock", mutex.force_unlock().await.map(drop));
-    }
+    config("inspect", subject.inspect().await.map(drop));
+    config("force_unlock", subject.force_unlock().await.map(drop));
     (rule, keep)
 }
 
@@ -702,10 +709,8 @@ async fn exercise(subject: Subject, rival: Subject, delay: Duration) {
         bounded(adopted.extend()).await;
         bounded(adopted.unlock()).await;
     }
-    if let Some(mutex) = subject.mutex() {
-        bounded(mutex.inspect()).await;
-        bounded(mutex.force_unlock()).await;
-    }
+    bounded(subject.inspect()).await;
+    bounded(subject.force_unlock()).await;
 
     let Some(Ok(held)) = bounded(rival.acquire()).await else {
         return;
