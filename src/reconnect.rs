@@ -45,7 +45,7 @@ use crate::scripts::ALL;
 use crate::version::{Primitive, ServerVersion, info_server, script_version};
 
 /// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
-/// CLIENT SETINFO) and our PING. Calls never wait this long (their node timeout bounds them); it
+/// CLIENT SETINFO), our PING and the question of the node's version. Calls never wait this long (their node timeout bounds them); it
 /// only decides when an attempt that hangs is given up, so that a later call can start another.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 

@@ -130,7 +130,8 @@ pub(crate) enum ServerVersion {
     /// `INFO` was refused, and scripts are told no version: Redis before 7.0 (which gave scripts
     /// `redis.REDIS_VERSION`).
     Before(Version),
-    /// Neither `INFO` nor the script said (both refused): the node is not judged.
+    /// Neither `INFO` nor the script said (both refused, or not understood): the node is not
+    /// judged.
     Unknown,
 }
 
@@ -201,16 +202,14 @@ impl ServerVersion {
     }
 }
 
-/// `Ok` for an error reply that refuses the question (a missing permission, a disabled or
-/// renamed command), whose answer is then looked for elsewhere; the error of any other.
+/// `Ok` for a reply that says nothing of the version: refused (a missing permission), unknown (a
+/// disabled or renamed command), or not understood (a proxy that does not pass it on), whose
+/// answer is then looked for elsewhere. The error of a node that does not serve for now
+/// (`LOADING`, `BUSY`), which a later question gets past.
 fn refused(reply: Value) -> Result<(), RedisError> {
-    let Err(error) = reply.extract_error() else {
-        return Ok(());
-    };
-    if NodeErrorKind::Redis(error.clone()).is_refusal() {
-        Ok(())
-    } else {
-        Err(error)
+    match reply.extract_error() {
+        Err(error) if matches!(error.code(), Some("LOADING" | "BUSY" | "MASTERDOWN")) => Err(error),
+        _ => Ok(()),
     }
 }
 
@@ -234,7 +233,9 @@ impl fmt::Display for ServerVersion {
                 "Redis older than {}.{} (INFO refused; scripts see no version)",
                 bound.major, bound.minor
             ),
-            ServerVersion::Unknown => f.write_str("an unknown version (INFO and EVAL refused)"),
+            ServerVersion::Unknown => {
+                f.write_str("an unknown version (neither INFO nor a script named it)")
+            }
         }
     }
 }
@@ -396,6 +397,8 @@ mod tests {
         );
         let noperm = error("NOPERM this user has no permissions to run the 'info' command");
         assert_eq!(from_info(noperm).unwrap(), None);
+        let proxy = error("ERR unsupported command 'info'");
+        assert_eq!(from_info(proxy).unwrap(), None);
         let from_script = ServerVersion::from_script_reply;
         assert_eq!(
             from_script(bulk("7.2.4")).unwrap(),
