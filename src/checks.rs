@@ -38,6 +38,7 @@ const SCRATCH_EXPIRY: Duration = Duration::from_secs(10);
 /// | `eviction` | `maxmemory` is set with any policy but `noeviction` (lock keys carry a TTL, so `volatile-*` evicts them too) | `+info` |
 /// | `persistence` | never; warns unless `appendonly yes` and `appendfsync always` | `+info`, `+config\|get` |
 /// | `permissions` | a real lock, extend and unlock round on a scratch name fails | `+set`, `+evalsha`, `+eval`, keys matching the scratch prefix, `&redmutex:released:*` |
+/// | `version` | the node's Redis is too old for mutexes; warns when it is too old for other primitives (named, with the version they need: they are refused on this node), or its version is unknown | `+info`, or else `+eval` |
 ///
 /// A question the node refuses to answer (INFO or CONFIG disabled, as on some managed services)
 /// gives a warning with the node's reason, not a failure; the checks of an unreachable node are
@@ -117,6 +118,8 @@ pub enum CheckKind {
     Persistence,
     /// A lock, extend and unlock round works with this connection's permissions.
     Permissions,
+    /// The node's version runs every primitive (see the README's *Limits*).
+    Version,
 }
 
 /// A check's verdict.
@@ -291,6 +294,7 @@ impl CheckKind {
             CheckKind::Eviction => "eviction",
             CheckKind::Persistence => "persistence",
             CheckKind::Permissions => "permissions",
+            CheckKind::Version => "version",
         }
     }
 }
@@ -343,11 +347,14 @@ async fn gather(mut connection: NodeConnection, timeout: Duration, scratch: &str
         .await
         .and_then(|reply| config_value(&reply));
     let round = permissions_round(&mut connection, timeout, scratch).await;
+    // What the connection learned when it was made: the version its calls are judged by.
+    let version = bounded(timeout, connection.version()).await;
     Ok(Facts {
         ping,
         info,
         appendfsync,
         round,
+        version,
     })
 }
 

@@ -1,15 +1,18 @@
 //! The connection to one node, shared by every mutex and lock of a client.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::FutureExt;
 use futures::future::Either;
-use redis::aio::{ConnectionManager, MultiplexedConnection};
-use redis::{Cmd, Pipeline, RedisResult, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::{Cmd, RedisResult, Value};
 
+use crate::error::NodeErrorKind;
+pub(crate) use crate::reconnect::Packed;
 use crate::reconnect::Reconnecting;
 use crate::scripts::ALL;
+use crate::version::{Primitive, ServerVersion, info_server, script_version};
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
 ///
@@ -23,6 +26,11 @@ use crate::scripts::ALL;
 /// response and connect timeouts of their own (`set_response_timeout(None)` and
 /// `set_connection_timeout(None)` on `ConnectionManagerConfig` or `AsyncConnectionConfig`): the
 /// redis crate's defaults (500 ms, 1 s) would cut node calls short.
+///
+/// redmutex asks each node its version (`INFO server`) when it makes a connection, and refuses a
+/// primitive on a node too old for it ([`NodeErrorKind::TooOld`]). A connection built by the
+/// caller is asked once, on first use (or by the warm-up of [`Redlock::new`](crate::Redlock::new)),
+/// and keeps that answer even if the node behind it is later upgraded.
 ///
 /// # Examples
 ///
@@ -52,21 +60,25 @@ pub struct NodeConnection(Connection);
 
 #[derive(Clone)]
 enum Connection {
-    /// redmutex's own (see `reconnect`).
+    /// redmutex's own (see `reconnect`), which learns the node's version each time it connects.
     Own(Arc<Reconnecting>),
-    Manager(ConnectionManager),
-    Multiplexed(MultiplexedConnection),
+    /// The caller's, with the node's version once learned (on first use).
+    Manager(ConnectionManager, Learned),
+    Multiplexed(MultiplexedConnection, Learned),
 }
+
+/// A node's version, as a connection the caller built learned it, shared by its clones.
+type Learned = Arc<OnceLock<ServerVersion>>;
 
 impl From<ConnectionManager> for NodeConnection {
     fn from(manager: ConnectionManager) -> Self {
-        NodeConnection(Connection::Manager(manager))
+        NodeConnection(Connection::Manager(manager, Learned::default()))
     }
 }
 
 impl From<MultiplexedConnection> for NodeConnection {
     fn from(connection: MultiplexedConnection) -> Self {
-        NodeConnection(Connection::Multiplexed(connection))
+        NodeConnection(Connection::Multiplexed(connection, Learned::default()))
     }
 }
 
@@ -75,8 +87,8 @@ impl fmt::Debug for NodeConnection {
         // The redis crate's own Debug output may include connection details; show the kind only.
         match self.0 {
             Connection::Own(_) => f.write_str("NodeConnection(reconnecting)"),
-            Connection::Manager(_) => f.write_str("NodeConnection(ConnectionManager)"),
-            Connection::Multiplexed(_) => f.write_str("NodeConnection(MultiplexedConnection)"),
+            Connection::Manager(..) => f.write_str("NodeConnection(ConnectionManager)"),
+            Connection::Multiplexed(..) => f.write_str("NodeConnection(MultiplexedConnection)"),
         }
     }
 }
@@ -96,31 +108,45 @@ impl NodeConnection {
     ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
         let sent = match &mut self.0 {
             Connection::Own(c) => Either::Left(c.send(cmd)),
-            Connection::Manager(c) => Either::Right(Either::Left(c.send_packed_command(cmd))),
-            Connection::Multiplexed(c) => Either::Right(Either::Right(c.send_packed_command(cmd))),
+            Connection::Manager(c, _) => Either::Right(Either::Left(c.send_packed_command(cmd))),
+            Connection::Multiplexed(c, _) => {
+                Either::Right(Either::Right(c.send_packed_command(cmd)))
+            }
         };
         sent.map(|reply| reply.map(name_script_command))
     }
 
-    /// Sends a pipeline in one write; its replies come as one array, in order. Not an `async fn`,
-    /// for the reason given at [`send`](Self::send).
-    pub(crate) fn send_pipeline<'a>(
+    /// Sends one command or a pipeline (in one write; its replies come as one array, in order)
+    /// of `primitive`, unless the node runs a version too old for it (see `version`): then
+    /// nothing is sent, and the answer is [`NodeErrorKind::TooOld`]. Errors the node replied
+    /// with come back as [`Value::ServerError`]. Not an `async fn`, for the reason given at
+    /// [`send`](Self::send).
+    pub(crate) fn send_for<'a>(
         &'a mut self,
-        pipeline: &'a Pipeline,
-    ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
-        let count = pipeline.len();
+        primitive: Primitive,
+        packed: Packed<'a>,
+    ) -> impl Future<Output = Result<Value, NodeErrorKind>> + Send + 'a {
         let sent = match &mut self.0 {
-            Connection::Own(c) => Either::Left(c.send_pipeline(pipeline)),
-            Connection::Manager(c) => Either::Right(Either::Left(
-                c.send_packed_commands(pipeline, 0, count)
-                    .map(|replies| replies.map(Value::Array)),
-            )),
-            Connection::Multiplexed(c) => Either::Right(Either::Right(
-                c.send_packed_commands(pipeline, 0, count)
-                    .map(|replies| replies.map(Value::Array)),
-            )),
+            Connection::Own(c) => Either::Left(c.send_for(primitive, packed)),
+            Connection::Manager(c, learned) => {
+                Either::Right(Either::Left(send_learning(c, learned, primitive, packed)))
+            }
+            Connection::Multiplexed(c, learned) => {
+                Either::Right(Either::Right(send_learning(c, learned, primitive, packed)))
+            }
         };
         sent.map(|reply| reply.map(name_script_command))
+    }
+
+    /// The node's version, as the gate of [`send_for`](Self::send_for) sees it: for redmutex's own
+    /// connections, what the current connection learned when it was made (connecting first if
+    /// needed); for the caller's, what was learned on first use, or now.
+    pub(crate) async fn version(&mut self) -> Result<ServerVersion, NodeErrorKind> {
+        match &mut self.0 {
+            Connection::Own(c) => c.version().await.map_err(NodeErrorKind::Redis),
+            Connection::Manager(c, learned) => learn(c, learned).await,
+            Connection::Multiplexed(c, learned) => learn(c, learned).await,
+        }
     }
 
     /// Opens the connection and loads the scripts into the node's cache, so the first lock does
@@ -130,6 +156,9 @@ impl NodeConnection {
         if let Connection::Own(c) = &self.0 {
             return c.connect().await;
         }
+        if let Err(NodeErrorKind::Redis(error)) = self.version().await {
+            return Err(error);
+        }
         for script in ALL {
             // SCRIPT LOAD is idempotent.
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
@@ -138,6 +167,48 @@ impl NodeConnection {
         }
         Ok(())
     }
+}
+
+/// Sends `packed` on a connection the caller built, once the node's version is known and allows
+/// `primitive`.
+async fn send_learning<C: ConnectionLike + Send>(
+    connection: &mut C,
+    learned: &OnceLock<ServerVersion>,
+    primitive: Primitive,
+    packed: Packed<'_>,
+) -> Result<Value, NodeErrorKind> {
+    learn(connection, learned).await?.allows(primitive)?;
+    match packed {
+        Packed::One(cmd) => connection.req_packed_command(cmd).await,
+        Packed::Pipeline(pipeline) => connection
+            .req_packed_commands(pipeline, 0, pipeline.len())
+            .await
+            .map(Value::Array),
+    }
+    .map_err(NodeErrorKind::Redis)
+}
+
+/// The version `learned` holds, or else asks the node (and keeps the answer, unless the node
+/// could not give one: then the next call asks again).
+async fn learn<C: ConnectionLike + Send>(
+    connection: &mut C,
+    learned: &OnceLock<ServerVersion>,
+) -> Result<ServerVersion, NodeErrorKind> {
+    if let Some(version) = learned.get() {
+        return Ok(*version);
+    }
+    let ask = async {
+        let info = connection.req_packed_command(&info_server()).await?;
+        match ServerVersion::from_info_reply(info)? {
+            Some(version) => Ok(version),
+            None => {
+                let reply = connection.req_packed_command(&script_version()).await?;
+                ServerVersion::from_script_reply(reply)
+            }
+        }
+    };
+    let version: ServerVersion = ask.await.map_err(NodeErrorKind::Redis)?;
+    Ok(*learned.get_or_init(|| version))
 }
 
 /// A script's error for a command its user may not run names the script (by digest) and the line,

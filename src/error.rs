@@ -192,6 +192,19 @@ pub enum NodeErrorKind {
     /// [`Error::Taken`].
     #[error("free, but waiters stand in line")]
     LineAhead,
+    /// The node runs a version of Redis older than the primitive needs (see the README's
+    /// *Limits*), so nothing was sent to it: a script that stopped at a command the node lacks
+    /// would leave what it wrote before. The version is learned when a connection is made (for
+    /// connections the caller built, on first use); this is a [`refusal`](Self::is_refusal).
+    #[error("{what} need Redis {needs} or later; this node runs {runs}")]
+    TooOld {
+        /// The primitive, in the plural: `"read-write locks"`, `"semaphores"`, ...
+        what: &'static str,
+        /// The oldest version that runs it, e.g. `"7.0"`.
+        needs: &'static str,
+        /// What the node runs, e.g. `"Redis 6.2.14"`.
+        runs: String,
+    },
 }
 
 impl NodeErrorKind {
@@ -199,8 +212,9 @@ impl NodeErrorKind {
     /// operator: the user may not run it (`NOPERM`: a missing ACL permission, named in the
     /// message), the connection is not authenticated (`NOAUTH`), its credentials were refused
     /// (`WRONGPASS`, or a failed `AUTH` while connecting), a script's user may not run a command,
-    /// key or channel of the script, or the command is unknown there (disabled or renamed, e.g.
-    /// scripting turned off).
+    /// key or channel of the script, the command is unknown there (disabled or renamed, e.g.
+    /// scripting turned off), or the node's Redis is too old for the primitive
+    /// ([`TooOld`](Self::TooOld)).
     ///
     /// `lock()` stops retrying when such refusals alone leave too few nodes for a quorum, and
     /// returns [`Error::NoQuorum`] with them at once. The connection to a node that refused its
@@ -216,8 +230,10 @@ impl NodeErrorKind {
     /// assert!(!NodeErrorKind::Taken.is_refusal());
     /// ```
     pub fn is_refusal(&self) -> bool {
-        let NodeErrorKind::Redis(error) = self else {
-            return false;
+        let error = match self {
+            NodeErrorKind::Redis(error) => error,
+            NodeErrorKind::TooOld { .. } => return true,
+            _ => return false,
         };
         if error.kind() == redis::ErrorKind::AuthenticationFailed {
             return true;

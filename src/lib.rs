@@ -28,6 +28,7 @@ mod target;
 #[cfg(feature = "tls")]
 mod tls;
 mod value;
+mod version;
 mod waiting;
 
 pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};

@@ -5,13 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::Either;
 use redis::{Cmd, Pipeline, Value};
 
-use crate::connection::NodeConnection;
+use crate::connection::{NodeConnection, Packed};
 use crate::error::NodeErrorKind;
 use crate::quorum::Tally;
 use crate::target::Target;
+use crate::version::Primitive;
 
 /// A node of a [`Redlock`](crate::Redlock): its connection and a password-free address for messages.
 #[derive(Clone)]
@@ -73,6 +73,8 @@ enum Message {
 /// One command (or pipeline), built once and sent to every node.
 pub(crate) struct Request {
     op: Op,
+    /// What the node must be able to run (see `version`).
+    primitive: Primitive,
     delivery: Delivery,
     message: Message,
     target: Arc<Target>,
@@ -98,6 +100,7 @@ impl Request {
         };
         Request {
             op,
+            primitive: target.primitive(op),
             delivery,
             message,
             target: Arc::clone(target),
@@ -148,9 +151,10 @@ impl Request {
         else {
             return;
         };
-        let bound = Duration::from_millis(self.millis);
+        let (bound, primitive) = (Duration::from_millis(self.millis), self.primitive);
         runtime.spawn(async move {
-            let _ = tokio::time::timeout(bound, connection.send(&eval)).await;
+            let sent = connection.send_for(primitive, Packed::One(&eval));
+            let _ = tokio::time::timeout(bound, sent).await;
         });
     }
 
@@ -250,22 +254,23 @@ pub(crate) async fn call(
     request: impl Borrow<Request>,
 ) -> Result<u64, NodeErrorKind> {
     let (connection, request) = (connection.borrow_mut(), request.borrow());
-    let sent = match &request.message {
-        Message::One(cmd) => Either::Left(connection.send(cmd)),
-        Message::Pipeline(pipeline) => Either::Right(connection.send_pipeline(pipeline)),
+    let packed = match &request.message {
+        Message::One(cmd) => Packed::One(cmd),
+        Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
     };
-    let reply = match sent.await {
+    let reply = match connection.send_for(request.primitive, packed).await? {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
-        Ok(Value::ServerError(error)) if error.code() == "NOSCRIPT" => match request.eval_cmd() {
-            Some(eval) => connection.send(&eval).await,
-            None => Ok(Value::ServerError(error)),
+        Value::ServerError(error) if error.code() == "NOSCRIPT" => match request.eval_cmd() {
+            Some(eval) => {
+                connection
+                    .send_for(request.primitive, Packed::One(&eval))
+                    .await?
+            }
+            None => Value::ServerError(error),
         },
-        other => other,
+        reply => reply,
     };
-    match reply {
-        Ok(reply) => request.interpret(reply),
-        Err(error) => Err(NodeErrorKind::Redis(error)),
-    }
+    request.interpret(reply)
 }
 
 #[cfg(test)]

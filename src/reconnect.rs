@@ -40,10 +40,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
+use crate::error::NodeErrorKind;
 use crate::scripts::ALL;
+use crate::version::{Primitive, ServerVersion, info_server, script_version};
 
 /// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
-/// CLIENT SETINFO) and our PING. Calls never wait this long (their node timeout bounds them); it
+/// CLIENT SETINFO), our PING and the question of the node's version. Calls never wait this long (their node timeout bounds them); it
 /// only decides when an attempt that hangs is given up, so that a later call can start another.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -95,10 +97,13 @@ type Pending = Shared<oneshot::Receiver<RedisResult<Live>>>;
 struct Live {
     connection: MultiplexedConnection,
     health: Arc<Health>,
+    /// What the node said of its version when this connection was made.
+    version: ServerVersion,
 }
 
 /// What a call sends: one command, or several pipelined.
-enum Packed<'a> {
+#[derive(Clone, Copy)]
+pub(crate) enum Packed<'a> {
     One(&'a Cmd),
     Pipeline(&'a Pipeline),
 }
@@ -130,20 +135,57 @@ impl Reconnecting {
     /// (the attempt to connect goes on in its own task); dropping it after hands the command to
     /// the connection or not, as for a `MultiplexedConnection`.
     pub(crate) async fn send(self: &Arc<Self>, cmd: &Cmd) -> RedisResult<Value> {
-        self.sending(Packed::One(cmd)).await
+        self.sending(Packed::One(cmd), |_| Ok(()), |error| error)
+            .await
     }
 
-    /// Sends a pipeline, as [`send`](Self::send) sends one command; its replies come as an array.
-    pub(crate) async fn send_pipeline(self: &Arc<Self>, pipeline: &Pipeline) -> RedisResult<Value> {
-        self.sending(Packed::Pipeline(pipeline)).await
+    /// Sends one command or a pipeline (whose replies come as an array) of `primitive`, as
+    /// [`send`](Self::send) does, unless the connection's node runs a version too old for it:
+    /// then nothing is sent (see `version`).
+    pub(crate) async fn send_for(
+        self: &Arc<Self>,
+        primitive: Primitive,
+        packed: Packed<'_>,
+    ) -> Result<Value, NodeErrorKind> {
+        self.sending(
+            packed,
+            |version| version.allows(primitive),
+            NodeErrorKind::Redis,
+        )
+        .await
     }
 
-    async fn sending(self: &Arc<Self>, packed: Packed<'_>) -> RedisResult<Value> {
+    /// The version of the node, as its current connection learned it (connecting first if
+    /// needed).
+    pub(crate) async fn version(self: &Arc<Self>) -> RedisResult<ServerVersion> {
+        Ok(self.live().await?.version)
+    }
+
+    async fn live(self: &Arc<Self>) -> RedisResult<Live> {
+        match self.current() {
+            Current::Ready(live) => Ok(live),
+            Current::Pending(pending) => pending.await.unwrap_or_else(|_| Err(abandoned())),
+            Current::Failed(error) => Err(error),
+        }
+    }
+
+    /// Sends `packed` on the current connection if `gate` lets its node's version through; one
+    /// body for calls with and without a gate, so that neither pays an async layer more.
+    async fn sending<E>(
+        self: &Arc<Self>,
+        packed: Packed<'_>,
+        gate: impl FnOnce(ServerVersion) -> Result<(), E>,
+        error: fn(RedisError) -> E,
+    ) -> Result<Value, E> {
         let mut live = match self.current() {
             Current::Ready(live) => live,
-            Current::Pending(pending) => pending.await.unwrap_or_else(|_| Err(abandoned()))?,
-            Current::Failed(error) => return Err(error),
+            Current::Pending(pending) => pending
+                .await
+                .unwrap_or_else(|_| Err(abandoned()))
+                .map_err(error)?,
+            Current::Failed(failed) => return Err(error(failed)),
         };
+        gate(live.version)?;
         if live.health.sent(nanos_now) {
             self.probe(&live);
         }
@@ -156,10 +198,10 @@ impl Reconnecting {
                 .map(Value::Array),
         };
         match &reply {
-            Err(error) if error.is_unrecoverable_error() => self.lost(&live, error),
+            Err(failed) if failed.is_unrecoverable_error() => self.lost(&live, failed),
             _ => live.health.answered(),
         }
-        reply
+        reply.map_err(error)
     }
 
     /// Starts connecting if there is no connection and no backoff in force; for the warm-up.
@@ -371,9 +413,10 @@ impl Drop for EndProbe {
 }
 
 /// Makes a connection and checks that the node serves it: the redis crate's set-up (AUTH and
-/// SELECT as the client says), then one round trip that carries a PING and loads the scripts.
-/// No timeouts of the driver's own: the node timeout of each call is the only bound (see
-/// [`NodeConnection`](crate::NodeConnection)).
+/// SELECT as the client says), then one round trip that carries a PING, asks the node's version
+/// (`INFO server`; a second round trip asks a script where `INFO` is refused, see `version`) and
+/// loads the scripts. No timeouts of the driver's own: the node timeout of each call is the only
+/// bound (see [`NodeConnection`](crate::NodeConnection)).
 async fn open(client: &Client) -> RedisResult<Live> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(None)
@@ -391,12 +434,20 @@ async fn open(client: &Client) -> RedisResult<Live> {
         let cmd = cmd.clone();
         async move { connection.send_packed_command(&cmd).await }
     };
-    // Issued in this order on the one connection: the PING first, then the loads.
-    let (pong, _) = futures::join!(send(&ping), join_all(loads.iter().map(send)));
+    let info = info_server();
+    // Issued in this order on the one connection: the PING first, then INFO and the loads.
+    let (pong, info, _) =
+        futures::join!(send(&ping), send(&info), join_all(loads.iter().map(send)));
     check_pong(pong?)?;
+    let version = match ServerVersion::from_info_reply(info?)? {
+        Some(version) => version,
+        None => ServerVersion::from_script_reply(send(&script_version()).await?)?,
+    };
+    tracing::debug!(node = %address_of(client), %version, "node version");
     Ok(Live {
         connection,
         health: Arc::new(Health::default()),
+        version,
     })
 }
 

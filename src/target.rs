@@ -22,6 +22,7 @@ use crate::scripts::{
     RAISE, READ_ACQUIRE, READ_EXTEND, READ_RELEASE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,
     SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, WRITE_ACQUIRE, fair,
 };
+use crate::version::Primitive;
 
 /// The keys a lock holds and the rules that go with them.
 pub(crate) struct Target {
@@ -266,6 +267,21 @@ impl Target {
             Kind::Name | Kind::Names | Kind::Write => return Ok(()),
         };
         Err(Error::config("fencing", rule))
+    }
+
+    /// What a node must run for `op` on this target (see `version` for each one's minimum). A
+    /// fair mutex's rounds, first tries and hand-offs are the fair line's; its extend, and a
+    /// release without hand-off, are the plain mutex's.
+    pub(crate) fn primitive(&self, op: Op) -> Primitive {
+        match (self.kind, op) {
+            (Kind::Name, Op::Round { .. } | Op::Enter | Op::Release { hand_off: true, .. }) => {
+                Primitive::FairMutex
+            }
+            (Kind::Name, _) => Primitive::Mutex,
+            (Kind::Names, _) => Primitive::MultiMutex,
+            (Kind::Read | Kind::Write, _) => Primitive::RwLock,
+            (Kind::Permits { .. }, _) => Primitive::Semaphore,
+        }
     }
 
     /// Whether `op` is sent as a script (and so may need the EVAL fallback on NOSCRIPT).
@@ -785,6 +801,40 @@ mod tests {
             read.check_fencing(),
             Err(Error::Config { field, .. }) if field == "fencing"
         ));
+    }
+
+    #[test]
+    fn each_operation_needs_what_its_primitive_runs() {
+        let mutex = Target::name("n".into());
+        let release = |hand_off| Op::Release {
+            notify: true,
+            hand_off,
+        };
+        for op in [
+            Op::Acquire,
+            Op::AcquireFenced,
+            Op::Extend,
+            Op::Raise(1),
+            release(false),
+        ] {
+            assert_eq!(mutex.primitive(op), Primitive::Mutex, "{op:?}");
+        }
+        for op in [Op::Round { ticket: 1 }, Op::Enter, release(true)] {
+            assert_eq!(mutex.primitive(op), Primitive::FairMutex, "{op:?}");
+        }
+        let multi = Target::multi(["a", "b"].map(Arc::from));
+        assert_eq!(multi.primitive(Op::Acquire), Primitive::MultiMutex);
+        // Writers too: one rule says where a name's readers and writers may be counted.
+        for target in [
+            Target::read("n".into()),
+            Target::write("n".into(), Duration::ZERO),
+        ] {
+            for op in [Op::Acquire, Op::Extend, release(false)] {
+                assert_eq!(target.primitive(op), Primitive::RwLock, "{op:?}");
+            }
+        }
+        let semaphore = Target::permits("n".into(), 2);
+        assert_eq!(semaphore.primitive(release(false)), Primitive::Semaphore);
     }
 
     #[test]

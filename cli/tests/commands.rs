@@ -231,7 +231,31 @@ fn doctor_passes_healthy_nodes() {
     assert_eq!(ran.code, Some(0), "{ran:?}");
     let report = json(&ran.stdout);
     assert_eq!(report["ok"], true);
-    assert_eq!(report["checks"].as_array().unwrap().len(), 18);
+    assert_eq!(report["checks"].as_array().unwrap().len(), 21);
+}
+
+#[test]
+fn doctor_names_each_nodes_version_and_what_it_cannot_run() {
+    let old = testenv::release_binary(testenv::Release::Redis6_2).unwrap_or_else(|e| panic!("{e}"));
+    let installed = testenv::redis_server_binary().expect("redis-server");
+    let cluster = Cluster::start_with([installed, old]);
+    let ran = run(redmutex(&cluster), &["doctor"]);
+    // Too old for some primitives is a warning: the node still serves the others.
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let new = row(&ran.stdout, 0, "version");
+    assert!(
+        new.contains(" pass ") && new.contains("Redis 7."),
+        "{ran:?}"
+    );
+    let old = row(&ran.stdout, 1, "version");
+    assert!(
+        old.contains(" warn ")
+            && old.contains(
+                "Redis 6.2.14: read-write locks and semaphores need 7.0 or later; refused on \
+                 this node"
+            ),
+        "{ran:?}"
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@ use super::{CheckKind, CheckReport, CheckStatus, NodeCheck};
 use crate::error::NodeErrorKind;
 use crate::probe::{Answer, unexpected};
 use crate::quorum::quorum;
+use crate::version::{Primitive, ServerVersion};
 
 /// What one node told us.
 #[derive(Debug)]
@@ -21,6 +22,8 @@ pub(super) struct Facts {
     /// CONFIG GET appendfsync.
     pub(super) appendfsync: Answer<String>,
     pub(super) round: Round,
+    /// What the connection learned of the node's version.
+    pub(super) version: Answer<ServerVersion>,
 }
 
 /// How the permissions round went.
@@ -38,7 +41,8 @@ impl Facts {
             ping: Err(error.clone()),
             info: Err(error.clone()),
             appendfsync: Err(error.clone()),
-            round: Round::Failed("PING", error),
+            round: Round::Failed("PING", error.clone()),
+            version: Err(error),
         }
     }
 }
@@ -105,6 +109,7 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
                     CheckKind::Eviction,
                     CheckKind::Persistence,
                     CheckKind::Permissions,
+                    CheckKind::Version,
                 ] {
                     let reason = "not checked: the node is unreachable".to_owned();
                     row(kind, (CheckStatus::Skip, reason));
@@ -135,6 +140,7 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
             }
         }
         row(CheckKind::Permissions, permissions(&fact.round));
+        row(CheckKind::Version, version(&fact.version));
     }
     CheckReport {
         quorum: quorum(facts.len()),
@@ -345,6 +351,46 @@ fn permissions(round: &Round) -> Verdict {
     }
 }
 
+/// Whether the node runs every primitive; those it cannot run are refused there, so they lose
+/// this node's vote.
+fn version(version: &Answer<ServerVersion>) -> Verdict {
+    let version = match version {
+        Ok(version) => *version,
+        Err(error) => return warn(format!("not checked: {error}")),
+    };
+    if version == ServerVersion::Unknown {
+        return warn(format!(
+            "not checked: {version}; a primitive the node is too old for fails in its scripts"
+        ));
+    }
+    let refused: Vec<Primitive> = Primitive::ALL
+        .into_iter()
+        .filter(|primitive| version.allows(*primitive).is_err())
+        .collect();
+    if refused.is_empty() {
+        return pass(format!("{version}: runs every primitive"));
+    }
+    // "fair mutexes need 5.0 or later, read-write locks and semaphores need 7.0 or later"
+    let mut needs: Vec<(&str, Vec<&str>)> = Vec::new();
+    for primitive in &refused {
+        let minimum = primitive.minimum().1;
+        match needs.iter_mut().find(|(version, _)| *version == minimum) {
+            Some((_, names)) => names.push(primitive.plural()),
+            None => needs.push((minimum, vec![primitive.plural()])),
+        }
+    }
+    let needs: Vec<String> = needs
+        .iter()
+        .map(|(minimum, names)| format!("{} need {minimum} or later", names.join(" and ")))
+        .collect();
+    let reason = format!("{version}: {}; refused on this node", needs.join(", "));
+    if refused.contains(&Primitive::Mutex) {
+        fail(reason)
+    } else {
+        warn(reason)
+    }
+}
+
 /// A host and port, as configured or as a node reports a peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Endpoint {
@@ -408,6 +454,7 @@ impl fmt::Display for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::version::Version;
 
     fn info(lines: &str) -> HashMap<String, String> {
         parse_info(&Value::BulkString(lines.as_bytes().to_vec())).unwrap()
@@ -424,6 +471,7 @@ mod tests {
             info: Ok(info(info_text)),
             appendfsync: Ok("always".to_owned()),
             round: Round::Done,
+            version: Ok(ServerVersion::Redis(Version::new(7, 0, 15))),
         }
     }
 
@@ -454,7 +502,7 @@ mod tests {
             &[healthy("a", "1"), healthy("b", "2"), healthy("c", "3")],
             vec![address(1), address(2), address(3)],
         );
-        assert_eq!(report.checks().len(), 3 * 6);
+        assert_eq!(report.checks().len(), 3 * 7);
         assert!(
             report
                 .checks()
@@ -645,6 +693,38 @@ mod tests {
         assert_eq!(status, CheckStatus::Fail);
         assert!(reason.starts_with("the extend script refused"), "{reason}");
         assert_eq!(permissions(&Round::NoNotice(error)).0, CheckStatus::Warn);
+    }
+
+    #[test]
+    fn old_versions_warn_with_what_they_cannot_run() {
+        let at = |major, minor, patch| Ok(ServerVersion::Redis(Version::new(major, minor, patch)));
+        assert_eq!(
+            version(&at(7, 0, 15)),
+            pass("Redis 7.0.15: runs every primitive".to_owned())
+        );
+        assert_eq!(
+            version(&at(6, 2, 14)),
+            warn(
+                "Redis 6.2.14: read-write locks and semaphores need 7.0 or later; refused on \
+                 this node"
+                    .to_owned()
+            )
+        );
+        let (status, reason) = version(&at(4, 0, 14));
+        assert_eq!(status, CheckStatus::Warn);
+        assert!(
+            reason.contains(
+                "fair mutexes need 5.0 or later, read-write locks and semaphores need 7.0"
+            ),
+            "{reason}"
+        );
+        assert_eq!(version(&at(2, 6, 0)).0, CheckStatus::Fail);
+        let (status, reason) = version(&Ok(ServerVersion::Before(Version::new(7, 0, 0))));
+        assert_eq!(status, CheckStatus::Warn);
+        assert!(reason.contains("INFO refused"), "{reason}");
+        assert_eq!(version(&Ok(ServerVersion::Unknown)).0, CheckStatus::Warn);
+        let timeout = Err(NodeErrorKind::Timeout(Duration::from_secs(2)));
+        assert_eq!(version(&timeout).0, CheckStatus::Warn);
     }
 
     #[test]

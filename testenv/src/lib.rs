@@ -16,7 +16,9 @@
 //!
 //! The `redis-server` binary is taken from `REDMUTEX_REDIS_SERVER` if that is set, else from `PATH`
 //! or the usual system directories; if it is missing and we run as root on a Debian-like system,
-//! Debian's package is installed with `apt-get` once (see [`Error::NotFound`] otherwise).
+//! Debian's package is installed with `apt-get` once (see [`Error::NotFound`] otherwise). Other
+//! releases (Redis 6.0 and 6.2, Valkey) come from [`release_binary`], for nodes that
+//! [`Cluster::start_with`] starts with a binary each.
 //!
 //! [`Cluster::start_tls`] starts nodes that serve TLS with certificates of a throwaway CA ([`Tls`]),
 //! made at test time; [`Node::acl_setuser`] and [`Node::config_set`] set up users and limits.
@@ -53,6 +55,7 @@ mod error;
 mod install;
 mod port;
 mod proxy;
+mod release;
 mod server;
 mod tls;
 
@@ -60,5 +63,6 @@ pub use cluster::Cluster;
 pub use error::Error;
 pub use install::redis_server_binary;
 pub use proxy::{Mode, Proxies, Proxy};
+pub use release::{Release, release_binary};
 pub use server::{ClientInfo, Node, RestartHandle};
 pub use tls::{Identity, Tls};

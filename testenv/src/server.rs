@@ -119,7 +119,11 @@ impl Node {
     /// Starts a node on a free port and waits until it answers `PING`; with `tls`, it also
     /// serves TLS on a second port, with a server certificate signed by that CA.
     pub(crate) fn start(tls: Option<&Tls>) -> Result<Node, Error> {
-        let binary = redis_server_binary()?;
+        Node::start_binary(redis_server_binary()?, tls)
+    }
+
+    /// Starts a node of `binary`, as [`start`](Node::start) does.
+    pub(crate) fn start_binary(binary: PathBuf, tls: Option<&Tls>) -> Result<Node, Error> {
         let dir = tempfile::Builder::new()
             .prefix("testenv-redis-")
             .tempdir()
