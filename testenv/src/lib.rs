@@ -16,7 +16,8 @@
 //!
 //! The `redis-server` binary is taken from `REDMUTEX_REDIS_SERVER` if that is set, else from `PATH`
 //! or the usual system directories; if it is missing and we run as root on a Debian-like system,
-//! Debian's package is installed with `apt-get` once (see [`Error::NotFound`] otherwise).
+//! Debian's package is installed with `apt-get` once (see [`Error::NotFound`] otherwise). The same
+//! goes for `redis-cli` ([`redis_cli_binary`], `REDMUTEX_REDIS_CLI`, Debian's `redis-tools`).
 //!
 //! [`Cluster::start_tls`] starts nodes that serve TLS with certificates of a throwaway CA ([`Tls`]),
 //! made at test time; [`Node::acl_setuser`] and [`Node::config_set`] set up users and limits.
@@ -58,7 +59,7 @@ mod tls;
 
 pub use cluster::Cluster;
 pub use error::Error;
-pub use install::redis_server_binary;
+pub use install::{redis_cli_binary, redis_server_binary};
 pub use proxy::{Mode, Proxies, Proxy};
 pub use server::{ClientInfo, Node, RestartHandle};
 pub use tls::{Identity, Tls};
