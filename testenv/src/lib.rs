@@ -55,6 +55,7 @@ mod install;
 mod port;
 mod proxy;
 mod server;
+mod slot;
 mod tls;
 
 pub use cluster::Cluster;
@@ -62,4 +63,5 @@ pub use error::Error;
 pub use install::{redis_cli_binary, redis_server_binary};
 pub use proxy::{Mode, Proxies, Proxy};
 pub use server::{ClientInfo, Node, RestartHandle};
+pub use slot::{SLOTS, crc16, key_in_slot, key_slot};
 pub use tls::{Identity, Tls};
