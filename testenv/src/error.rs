@@ -81,6 +81,16 @@ pub enum Error {
         log_tail: String,
     },
 
+    /// A [`RedisCluster`](crate::RedisCluster) did not form, or did not become healthy in time.
+    #[error("Redis Cluster on ports {ports:?}: {reason}\n{logs}")]
+    Cluster {
+        /// The nodes' ports, in start order.
+        ports: Vec<u16>,
+        /// What went wrong, with the output of `redis-cli` if it failed.
+        reason: String,
+        /// The last lines of every node's log.
+        logs: String,
+    },
 }
 
 impl Error {
