@@ -9,32 +9,48 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// No `redis-server` binary was found, and none could be installed automatically.
+    /// No `redis-server` (or `redis-cli`) binary was found, and none could be installed
+    /// automatically.
     #[error(
-        "redis-server not found ({reason}): install Debian's package `redis-server` \
-         (`apt-get install redis-server`) or set REDMUTEX_REDIS_SERVER to the binary's path"
+        "{program} not found ({reason}): install Debian's package `{package}` \
+         (`apt-get install {package}`) or set {variable} to the binary's path"
     )]
     NotFound {
+        /// The program: `redis-server` or `redis-cli`.
+        program: &'static str,
+        /// The Debian package that ships it: `redis-server` or `redis-tools`.
+        package: &'static str,
+        /// The environment variable that names the binary explicitly.
+        variable: &'static str,
         /// Where we looked, and why no automatic install was attempted.
         reason: String,
     },
 
-    /// `REDMUTEX_REDIS_SERVER` is set but does not name an executable file.
+    /// `REDMUTEX_REDIS_SERVER` (or `REDMUTEX_REDIS_CLI`) is set but does not name an executable
+    /// file.
     #[error(
-        "REDMUTEX_REDIS_SERVER is set to {path:?}, which is not an executable file: \
-         point it at a redis-server binary, or unset it to use the one on PATH"
+        "{variable} is set to {path:?}, which is not an executable file: \
+         point it at a {program} binary, or unset it to use the one on PATH"
     )]
     BadOverride {
+        /// The program: `redis-server` or `redis-cli`.
+        program: &'static str,
+        /// The variable.
+        variable: &'static str,
         /// The value of the variable.
         path: PathBuf,
     },
 
-    /// Installing Debian's `redis-server` package with `apt-get` failed.
+    /// Installing Debian's `redis-server` (or `redis-tools`) package with `apt-get` failed.
     #[error(
-        "installing redis-server with apt-get failed: {reason}; install Debian's package \
-         `redis-server` (`apt-get install redis-server`) or set REDMUTEX_REDIS_SERVER to the binary's path"
+        "installing {package} with apt-get failed: {reason}; install Debian's package \
+         `{package}` (`apt-get install {package}`) or set {variable} to the binary's path"
     )]
     InstallFailed {
+        /// The Debian package.
+        package: &'static str,
+        /// The environment variable that names the binary explicitly.
+        variable: &'static str,
         /// The failing step and the tail of its output.
         reason: String,
     },
@@ -88,6 +104,17 @@ pub enum Error {
         log: PathBuf,
         /// The last lines of the log file and of the process's own output.
         log_tail: String,
+    },
+
+    /// A [`RedisCluster`](crate::RedisCluster) did not form, or did not become healthy in time.
+    #[error("Redis Cluster on ports {ports:?}: {reason}\n{logs}")]
+    Cluster {
+        /// The nodes' ports, in start order.
+        ports: Vec<u16>,
+        /// What went wrong, with the output of `redis-cli` if it failed.
+        reason: String,
+        /// The last lines of every node's log.
+        logs: String,
     },
 }
 

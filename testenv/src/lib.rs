@@ -14,11 +14,18 @@
 //! [`Cluster::proxies`] gives one client a proxy per node ([`Proxies`]), so two clients can see
 //! different partitions of the same cluster.
 //!
+//! A [`RedisCluster`] is the other shape: one real Redis Cluster (`--cluster-enabled yes` nodes
+//! joined by `redis-cli --cluster create`), masters with replicas, that a test can reshard
+//! ([`RedisCluster::migrate_slot`], or halfway with [`RedisCluster::begin_migration`]) and fail over
+//! ([`RedisCluster::failover`]) while it looks at keys on the master that serves them
+//! ([`RedisCluster::master_of_key`], [`key_slot`]). To Redlock a whole Redis Cluster is one member.
+//!
 //! The `redis-server` binary is taken from `REDMUTEX_REDIS_SERVER` if that is set, else from `PATH`
 //! or the usual system directories; if it is missing and we run as root on a Debian-like system,
-//! Debian's package is installed with `apt-get` once (see [`Error::NotFound`] otherwise). Other
-//! releases (Redis 6.0 and 6.2, Valkey) come from [`release_binary`], for nodes that
-//! [`Cluster::start_with`] starts with a binary each.
+//! Debian's package is installed with `apt-get` once (see [`Error::NotFound`] otherwise). The same
+//! goes for `redis-cli` ([`redis_cli_binary`], `REDMUTEX_REDIS_CLI`, Debian's `redis-tools`), which
+//! only a [`RedisCluster`] needs. Other releases (Redis 6.0 and 6.2, Valkey) come from
+//! [`release_binary`], for nodes that [`Cluster::start_with`] starts with a binary each.
 //!
 //! [`Cluster::start_tls`] starts nodes that serve TLS with certificates of a throwaway CA ([`Tls`]),
 //! made at test time; [`Node::acl_setuser`] and [`Node::config_set`] set up users and limits.
@@ -53,16 +60,23 @@
 mod cluster;
 mod error;
 mod install;
+mod migration;
 mod port;
 mod proxy;
+mod redis_cluster;
 mod release;
 mod server;
+mod slot;
 mod tls;
+mod topology;
 
 pub use cluster::Cluster;
 pub use error::Error;
-pub use install::redis_server_binary;
+pub use install::{redis_cli_binary, redis_server_binary};
+pub use migration::Migration;
 pub use proxy::{Mode, Proxies, Proxy};
+pub use redis_cluster::{RedisCluster, RedisClusterBuilder};
 pub use release::{Release, release_binary};
 pub use server::{ClientInfo, Node, RestartHandle};
+pub use slot::{SLOTS, crc16, key_in_slot, key_slot};
 pub use tls::{Identity, Tls};

@@ -14,7 +14,7 @@ use rustix::process::{Pid, Signal, kill_process};
 use tempfile::TempDir;
 
 use crate::error::tail;
-use crate::port::free_port;
+use crate::port::{free_cluster_port, free_port};
 use crate::tls::ServerFiles;
 use crate::{Error, Tls, redis_server_binary};
 
@@ -39,6 +39,8 @@ const LOG_FILE: &str = "redis.log";
 /// The process's own stdout and stderr: empty unless it fails before opening its log file
 /// (a bad option, say), and then the only place that says why.
 const OUTPUT_FILE: &str = "redis.out";
+/// A cluster node's own view of the cluster, kept across restarts so the node rejoins as itself.
+const CLUSTER_CONFIG_FILE: &str = "nodes.conf";
 
 /// One `redis-server` process on `127.0.0.1`, with its own temporary directory and log file.
 ///
@@ -55,6 +57,8 @@ pub struct Node {
     port: u16,
     /// For a TLS node: its TLS port and the files it was started with.
     tls: Option<(u16, ServerFiles)>,
+    /// For a Redis Cluster node: its `cluster-node-timeout`.
+    cluster: Option<Duration>,
     binary: PathBuf,
     dir: TempDir,
     /// Shared with the thread of a pending [`restart_after`](Node::restart_after).
@@ -119,11 +123,22 @@ impl Node {
     /// Starts a node on a free port and waits until it answers `PING`; with `tls`, it also
     /// serves TLS on a second port, with a server certificate signed by that CA.
     pub(crate) fn start(tls: Option<&Tls>) -> Result<Node, Error> {
-        Node::start_binary(redis_server_binary()?, tls)
+        Node::start_with(redis_server_binary()?, tls, None)
     }
 
     /// Starts a node of `binary`, as [`start`](Node::start) does.
     pub(crate) fn start_binary(binary: PathBuf, tls: Option<&Tls>) -> Result<Node, Error> {
+        Node::start_with(binary, tls, None)
+    }
+
+    /// Starts a node of `binary` as [`start`](Node::start) does; with `cluster`, as a Redis
+    /// Cluster node with that `cluster-node-timeout`, on a port whose cluster bus port (+10000)
+    /// was free too.
+    pub(crate) fn start_with(
+        binary: PathBuf,
+        tls: Option<&Tls>,
+        cluster: Option<Duration>,
+    ) -> Result<Node, Error> {
         let dir = tempfile::Builder::new()
             .prefix("testenv-redis-")
             .tempdir()
@@ -133,16 +148,20 @@ impl Node {
             .transpose()?;
         let mut attempt = 1;
         loop {
-            let port = free_port()?;
+            let port = match cluster {
+                Some(_) => free_cluster_port()?,
+                None => free_port()?,
+            };
             let tls = match &files {
                 Some(files) => Some((free_port()?, files.clone())),
                 None => None,
             };
-            match spawn_ready(&binary, port, tls.as_ref(), dir.path()) {
+            match spawn_ready(&binary, port, tls.as_ref(), cluster, dir.path()) {
                 Ok(child) => {
                     return Ok(Node {
                         port,
                         tls,
+                        cluster,
                         binary,
                         dir,
                         shared: Arc::new(Shared {
@@ -270,6 +289,7 @@ impl Node {
             &self.binary,
             self.port,
             self.tls.as_ref(),
+            self.cluster,
             self.dir.path(),
         )
         .unwrap_or_else(|e| panic!("testenv: restarting node on port {}: {e}", self.port));
@@ -314,6 +334,7 @@ impl Node {
         let shared = Arc::clone(&self.shared);
         let (binary, port, dir) = (self.binary.clone(), self.port, self.dir.path().to_owned());
         let tls = self.tls.clone();
+        let cluster = self.cluster;
         let thread = thread::Builder::new()
             .name(format!("testenv-restart-{port}"))
             .spawn(move || {
@@ -339,7 +360,7 @@ impl Node {
                     };
                 }
                 // Still under the lock that `Drop` takes before it kills the process.
-                let restarted = respawn(&mut state, &binary, port, tls.as_ref(), &dir);
+                let restarted = respawn(&mut state, &binary, port, tls.as_ref(), cluster, &dir);
                 if let Err(e) = &restarted {
                     // Said here too, in case nobody waits on the handle.
                     eprintln!("testenv: delayed restart of node on port {port} failed: {e}");
@@ -350,6 +371,14 @@ impl Node {
                 panic!("testenv: spawning the delayed restart of node on port {port}: {e}")
             });
         RestartHandle { port, thread }
+    }
+
+    /// Whether the process is paused by [`pause`](Node::pause) (and not resumed, killed or
+    /// restarted since).
+    pub fn is_paused(&self) -> bool {
+        let mut state = self.lock();
+        state.reap_if_exited();
+        state.paused
     }
 
     /// Whether the process is alive (a paused process is alive).
@@ -366,18 +395,18 @@ impl Node {
     ///
     /// If the connection cannot be made within the timeout.
     pub fn connection(&self) -> redis::Connection {
-        let fail = |e: redis::RedisError| -> ! {
-            panic!("testenv: connecting to node at {}: {e}", self.url())
-        };
-        let client = redis::Client::open(self.url()).unwrap_or_else(|e| fail(e));
-        let con = client
-            .get_connection_with_timeout(CLIENT_TIMEOUT)
-            .unwrap_or_else(|e| fail(e));
-        con.set_read_timeout(Some(CLIENT_TIMEOUT))
-            .unwrap_or_else(|e| fail(e));
-        con.set_write_timeout(Some(CLIENT_TIMEOUT))
-            .unwrap_or_else(|e| fail(e));
-        con
+        self.try_connection()
+            .unwrap_or_else(|e| panic!("testenv: connecting to node at {}: {e}", self.url()))
+    }
+
+    /// [`connection`](Node::connection), with the error returned instead of a panic: for probes
+    /// of nodes that may be down.
+    pub(crate) fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        let con = client.get_connection_with_timeout(CLIENT_TIMEOUT)?;
+        con.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+        con.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+        Ok(con)
     }
 
     /// `GET key`: the value, or `None` if the key does not exist.
@@ -612,12 +641,13 @@ fn respawn(
     binary: &Path,
     port: u16,
     tls: Option<&(u16, ServerFiles)>,
+    cluster: Option<Duration>,
     dir: &Path,
 ) -> Result<(), Error> {
     state.stop_child();
     let deadline = Instant::now() + RESTART_WINDOW;
     loop {
-        match spawn_ready(binary, port, tls, dir) {
+        match spawn_ready(binary, port, tls, cluster, dir) {
             Ok(child) => {
                 state.child = Some(child);
                 return Ok(());
@@ -630,12 +660,13 @@ fn respawn(
     }
 }
 
-/// Spawns `redis-server` on `port` (and with `tls`, TLS on a second port) and waits until it is
-/// ready.
+/// Spawns `redis-server` on `port` (and with `tls`, TLS on a second port; with `cluster`, as a
+/// Redis Cluster node with that node timeout) and waits until it is ready.
 fn spawn_ready(
     binary: &Path,
     port: u16,
     tls: Option<&(u16, ServerFiles)>,
+    cluster: Option<Duration>,
     dir: &Path,
 ) -> Result<Child, StartFailure> {
     let log = dir.join(LOG_FILE);
@@ -665,6 +696,18 @@ fn spawn_ready(
             .arg("--tls-ca-cert-file")
             .arg(&files.ca)
             .args(["--tls-auth-clients", auth_clients]);
+    }
+    if let Some(node_timeout) = cluster {
+        // The bus port is the default, port + 10000, which the port was picked for.
+        command
+            .args(["--cluster-enabled", "yes"])
+            .arg("--cluster-config-file")
+            .arg(dir.join(CLUSTER_CONFIG_FILE))
+            .arg("--cluster-node-timeout")
+            .arg(node_timeout.as_millis().max(1).to_string())
+            // A master otherwise waits 5 s for more replicas before it serves a full sync, which
+            // every new replica (and every restarted node that rejoins as one) needs.
+            .args(["--repl-diskless-sync-delay", "0"]);
     }
     let mut child = command
         .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
