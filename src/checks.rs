@@ -118,7 +118,7 @@ pub enum CheckKind {
     Persistence,
     /// A lock, extend and unlock round works with this connection's permissions.
     Permissions,
-    /// The node's version runs every primitive (see the README's *Limits*).
+    /// The node's version runs every primitive (see [`guide::limits`](crate::guide::limits)).
     Version,
 }
 

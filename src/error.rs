@@ -192,8 +192,8 @@ pub enum NodeErrorKind {
     /// [`Error::Taken`].
     #[error("free, but waiters stand in line")]
     LineAhead,
-    /// The node runs a version of Redis older than the primitive needs (see the README's
-    /// *Limits*), so nothing was sent to it: a script that stopped at a command the node lacks
+    /// The node runs a version of Redis older than the primitive needs (see
+    /// [`guide::limits`](crate::guide::limits)), so nothing was sent to it: a script that stopped at a command the node lacks
     /// would leave what it wrote before. The version is learned when a connection is made (for
     /// connections the caller built, on first use); this is a [`refusal`](Self::is_refusal).
     #[error("{what} need Redis {needs} or later; this node runs {runs}")]

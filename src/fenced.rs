@@ -51,6 +51,8 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET));
 /// # Ok(())
 /// # }
 /// ```
+#[doc = include_str!("../doc/rustdoc-links.md")]
+#[doc = include_str!("../doc/fencing.md")]
 pub async fn fenced_set<C>(
     connection: &mut C,
     key: &str,

@@ -1,3 +1,4 @@
+#![doc = include_str!("../doc/rustdoc-links.md")]
 #![doc = include_str!("../README.md")]
 
 mod acquire;
@@ -7,6 +8,7 @@ mod delay;
 mod error;
 mod fanout;
 mod fenced;
+pub mod guide;
 mod hub;
 mod inspect;
 mod keep_alive;

@@ -62,6 +62,8 @@ use crate::target::Target;
 /// # Ok(())
 /// # }
 /// ```
+#[doc = include_str!("../doc/rustdoc-links.md")]
+#[doc = include_str!("../doc/acquiring.md")]
 #[derive(Clone)]
 pub struct Mutex {
     redlock: Redlock,
@@ -270,7 +272,7 @@ impl Mutex {
     /// counter (key `<name>:fence` on every node, never expiring, kept across unlocks) is raised to
     /// the new token on a quorum where this lock's value holds, and only then is the token handed
     /// out. That second round is what makes tokens strictly increase across holders even when
-    /// failed partial attempts left some nodes' counters ahead (see the guide in the README).
+    /// failed partial attempts left some nodes' counters ahead (see [`fenced_set`](crate::fenced_set) for the proof).
     /// Tokens are exact up to 2^53 (Redis scripts count in doubles).
     ///
     /// # Counters stay
@@ -361,8 +363,8 @@ impl Mutex {
     /// first live waiter in that node's line, and notifies only that waiter's client, which holds
     /// the lock once a quorum of nodes handed it over, without another round trip. A waiter that
     /// joined on a quorum of nodes is never overtaken by one that began to wait after it; a waiter
-    /// that crashed is passed over once its place expires (one expiry). The README's *Fair
-    /// waiting* section has the argument and the limits.
+    /// that crashed is passed over once its place expires (one expiry). [`guide::waiting`](crate::guide::waiting)
+    /// has the argument and the limits.
     ///
     /// A lock handed over in line is valid from the waiter's last renewal of its place, so its
     /// [`valid_until`](Lock::valid_until) may be up to a third of the expiry shorter than after a

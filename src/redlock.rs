@@ -314,7 +314,8 @@ impl Redlock {
     /// Duplicate names collapse (the first stays). An empty list or an empty name is reported by
     /// the first lock operation as [`Error::Config`], before any I/O.
     ///
-    /// See the README's *Multi-name locks* for the keys, the safety argument and the costs.
+    /// See [`guide::multi_name`](crate::guide::multi_name) for the keys, the safety argument and the
+    /// costs.
     ///
     /// # Examples
     ///
@@ -352,7 +353,7 @@ impl Redlock {
     ///
     /// The writer holds the name's key, as a [`Mutex`] does, so a `Mutex` on the name behaves as
     /// a writer. An invalid name is reported by the first lock operation, before any I/O. See
-    /// [`RwLock`] for the keys, and the README's *Read-write locks* for the safety argument.
+    /// [`RwLock`] for the keys and the safety argument.
     ///
     /// # Examples
     ///

@@ -95,6 +95,8 @@ use crate::target::Target;
 /// # Ok(())
 /// # }
 /// ```
+#[doc = include_str!("../doc/rustdoc-links.md")]
+#[doc = include_str!("../doc/rwlock.md")]
 #[derive(Clone)]
 pub struct RwLock {
     read: Mutex,

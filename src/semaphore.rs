@@ -28,7 +28,7 @@ use crate::target::Target;
 /// before adding one) for `P` permits over `N` nodes, more than a majority once `P >= 2`: each node
 /// admits at most `P` live holders, and `P + 1` holders would need more entries than the nodes
 /// admit. So fewer nodes may fail than for a mutex: `N - quorum()` (over 5 nodes: 2 for one
-/// permit, 1 for 2 or 3 permits, none from 4 permits on). The README's "Semaphore" section gives
+/// permit, 1 for 2 or 3 permits, none from 4 permits on). The section on its quorum below gives
 /// the proof, its assumptions and the costs.
 ///
 /// On every node the key `name` is a sorted set of the holders' lock values, each scored by when
@@ -75,6 +75,8 @@ use crate::target::Target;
 /// # Ok(())
 /// # }
 /// ```
+#[doc = include_str!("../doc/rustdoc-links.md")]
+#[doc = include_str!("../doc/semaphore.md")]
 #[derive(Clone)]
 pub struct Semaphore {
     /// The engine, over the semaphore's target.

@@ -1,7 +1,7 @@
 //! `redmutex`: run a command under a distributed lock held on a quorum of Redis nodes, and the
 //! operator's tools around such locks (status, forced unlock, node checks).
 //!
-//! A thin shell over the `redmutex` library's public API; see the README's "Command line" section.
+//! A thin shell over the `redmutex` library's public API; its documentation is `cli/README.md`.
 
 mod args;
 mod doctor;
