@@ -312,7 +312,7 @@ async fn a_wrong_password_shows_nowhere() {
             move || capture.clone()
         })
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = support::capture::set_default(subscriber);
 
     let redlock = Redlock::connect(&urls).await.expect("URLs parse");
     let mutex = mutex(&redlock, "lock:acl-wrong-password");

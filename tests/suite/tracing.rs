@@ -7,6 +7,7 @@ use redmutex::Redlock;
 use testenv::Cluster;
 use tracing::Level;
 
+use crate::support;
 use crate::support::capture::Capture;
 
 #[tokio::test]
@@ -35,7 +36,7 @@ async fn operations_are_traced_without_secrets() {
             move || capture.clone()
         })
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = support::capture::set_default(subscriber);
 
     let redlock = Redlock::connect(&urls).await.expect("URLs parse");
     let mutex = redlock
@@ -103,4 +104,33 @@ async fn operations_are_traced_without_secrets() {
         "the lock value leaked:\n{text}"
     );
     assert!(!text.contains(password), "the password leaked:\n{text}");
+}
+
+/// tracing caches, per callsite, whether any subscriber wants it, decided where it is first
+/// reached: a callsite that another test's thread reached first must still reach this thread's
+/// subscriber (see `support::capture::set_default`).
+#[test]
+fn a_callsite_first_reached_on_another_thread_reaches_this_threads_subscriber() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(Level::TRACE)
+        .with_writer({
+            let capture = capture.clone();
+            move || capture.clone()
+        })
+        .finish();
+    let _guard = support::capture::set_default(subscriber);
+
+    std::thread::spawn(|| reach("on-another-thread"))
+        .join()
+        .expect("no panic");
+    reach("on-the-test-thread");
+
+    let text = capture.text();
+    assert!(text.contains("on-the-test-thread"), "lost:\n{text}");
+    assert!(!text.contains("on-another-thread"), "{text}");
+}
+
+fn reach(place: &str) {
+    tracing::info!(place, "reached the callsite");
 }
