@@ -751,15 +751,35 @@ fn watchdog(
 /// primitive, waiting mode and operation, with and without listeners: every call returns or keeps
 /// waiting, and nothing panics, neither in the call nor in a task it leaves behind (a release on
 /// drop, a keep-alive).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extreme_settings_never_panic() {
+#[test]
+fn extreme_settings_never_panic() {
+    // The runtime of `#[tokio::test]`, with its threads marked: the other tests in this process
+    // run on other threads, and their panics are theirs.
+    OURS.set(true);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(|| OURS.set(true))
+        .build()
+        .expect("a runtime")
+        .block_on(extreme_settings_never_panic_on_our_threads());
+}
+
+thread_local! {
+    /// Whether this thread is one of `extreme_settings_never_panic`'s.
+    static OURS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+async fn extreme_settings_never_panic_on_our_threads() {
     static PANICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        PANICS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(info.to_string());
+        if OURS.try_with(std::cell::Cell::get).unwrap_or(false) {
+            PANICS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(info.to_string());
+        }
         default_hook(info);
     }));
 

@@ -7,6 +7,10 @@
 //! (the stateright model checks, which need no nodes) and `tests/tls.rs` (built only with the
 //! `tls` feature: compiling it alone costs far less than compiling this suite a second time with
 //! the feature).
+//!
+//! Every test shares this process with the others, so none changes process-wide state for its own
+//! ends: traces are captured through `support::capture::set_default` (one thread's subscriber),
+//! and a panic hook counts only the panics of its own threads.
 
 mod support;
 
