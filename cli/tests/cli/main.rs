@@ -1,5 +1,5 @@
 //! The `redmutex` command's tests: the built binary run against real nodes that `testenv` starts,
-//! one module per area, in one test binary (`cargo test -p redmutex-cli --test suite run::` runs
+//! one module per area, in one test binary (`cargo test -p redmutex-cli --test cli run::` runs
 //! one area).
 
 mod support;
