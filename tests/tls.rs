@@ -3,6 +3,9 @@
 //! that presents no certificate or trusts the wrong CA.
 #![cfg(feature = "tls")]
 
+// Its own binary, built only with the `tls` feature (see tests/suite/main.rs).
+#[path = "suite/support/mod.rs"]
+#[allow(dead_code)] // it uses a few of the suite's helpers
 mod support;
 
 use std::time::{Duration, Instant};

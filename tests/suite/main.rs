@@ -1,0 +1,39 @@
+//! The integration tests against real `redis-server` nodes (started by `testenv`), one module per
+//! area, in one binary so that the crate, tokio and redis are linked once rather than once per
+//! area. Tests are named `area::test`: `cargo test --test suite rwlock::` runs one area.
+//!
+//! The slow scenarios are `#[ignore]`d so that `cargo test` stays quick; `.ci/run` runs them with
+//! `cargo test --test suite -- --ignored`. Two other binaries sit beside this one: `tests/models`
+//! (the stateright model checks, which need no nodes) and `tests/tls.rs` (built only with the
+//! `tls` feature: compiling it alone costs far less than compiling this suite a second time with
+//! the feature).
+//!
+//! Every test shares this process with the others, so none changes process-wide state for its own
+//! ends: traces are captured through `support::capture::set_default` (one thread's subscriber),
+//! and a panic hook counts only the panics of its own threads.
+
+mod support;
+
+mod acl;
+mod acquire;
+mod cancel;
+mod checks;
+mod config;
+mod connecting;
+mod contention;
+mod extend_unlock;
+mod fair;
+mod faults;
+mod fencing;
+mod inspect;
+mod keep_alive;
+mod multi;
+mod network;
+mod recovery;
+mod rwlock;
+mod safety;
+mod semaphore;
+mod semaphore_safety;
+mod tracing;
+mod versions;
+mod wake;

@@ -1,0 +1,361 @@
+//! Multi-name locks (`Redlock::new_multi_mutex`): every name or none, on real nodes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use redmutex::{Error, Mutex, Redlock};
+use testenv::Cluster;
+
+use crate::support;
+use crate::support::history::History;
+use crate::support::{cleared_within, client, eventually, holders, present, within};
+
+/// A multi-name mutex with the quick settings of `support::quick`.
+fn quick_multi(redlock: &Redlock, names: &[&str]) -> Mutex {
+    redlock
+        .new_multi_mutex(names.iter().copied())
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_retry_delay(Duration::from_millis(5))
+        .with_tries(3)
+}
+
+fn mutex(redlock: &Redlock, name: &str) -> Mutex {
+    support::quick(redlock, name)
+}
+
+/// One member name pre-taken on every subset of 5 nodes (which member varies with the subset):
+/// the lock succeeds exactly when a quorum of nodes is free of every name, holds every name on
+/// exactly the free nodes, and a failure leaves nothing of ours anywhere.
+#[tokio::test]
+async fn every_mask_of_one_member_taken() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    for mask in 0u32..32 {
+        let names: Vec<String> = (0..3).map(|i| format!("multi:mask:{mask}:{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let taken_name = &names[mask as usize % 3];
+        let taken: Vec<usize> = (0..5).filter(|i| mask & (1 << i) != 0).collect();
+        for &i in &taken {
+            cluster
+                .node(i)
+                .set_px(taken_name, "someone-else", Duration::from_secs(10));
+        }
+        let free: Vec<usize> = (0..5).filter(|i| !taken.contains(i)).collect();
+        match quick_multi(&redlock, &refs).with_tries(1).lock().await {
+            Ok(lock) => {
+                assert!(
+                    free.len() >= 3,
+                    "mask {mask:05b}: locked with {free:?} free"
+                );
+                for name in &names {
+                    let mine = holders(&cluster, name, lock.value());
+                    assert_eq!(mine, free, "mask {mask:05b}: {name}");
+                }
+                lock.unlock().await.expect("unlock");
+            }
+            Err(error) => {
+                assert!(free.len() < 3, "mask {mask:05b}: failed: {error}");
+                if taken.len() >= 3 {
+                    assert!(
+                        matches!(&error, Error::Taken { nodes } if *nodes == taken),
+                        "mask {mask:05b}: {error:?}"
+                    );
+                } else {
+                    assert!(matches!(error, Error::NoQuorum { .. }), "{error:?}");
+                }
+            }
+        }
+        // Nothing of ours anywhere: only the other owner's key.
+        for name in &names {
+            let expected = if name == taken_name { &taken[..] } else { &[] };
+            assert_eq!(present(&cluster, name), expected, "mask {mask:05b}: {name}");
+        }
+        for &i in &taken {
+            assert_eq!(
+                cluster.node(i).get(taken_name).as_deref(),
+                Some("someone-else")
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn overlapping_sets_exclude_and_disjoint_sets_run_in_parallel() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let other = client(&cluster).await;
+    let ab = quick_multi(&redlock, &["multi:a", "multi:b"])
+        .lock()
+        .await
+        .expect("free names");
+    match quick_multi(&other, &["multi:b", "multi:c"])
+        .try_lock()
+        .await
+    {
+        Err(Error::Taken { nodes }) => assert_eq!(nodes, [0, 1, 2, 3, 4]),
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    // Refused everywhere: nothing of the refused set was written, not even the free name.
+    assert!(present(&cluster, "multi:c").is_empty());
+    let cd = quick_multi(&other, &["multi:c", "multi:d"])
+        .try_lock()
+        .await
+        .expect("a disjoint set is free");
+    assert!(ab.valid_until() > Instant::now() && cd.valid_until() > Instant::now());
+    ab.unlock().await.expect("unlock");
+    let bc = quick_multi(&other, &["multi:b", "multi:e"])
+        .try_lock()
+        .await
+        .expect("b is free again");
+    cd.unlock().await.expect("unlock");
+    bc.unlock().await.expect("unlock");
+}
+
+#[tokio::test]
+async fn a_multi_lock_and_a_mutex_on_a_member_exclude_each_other() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let names = ["multi:m1", "multi:m2", "multi:m3"];
+    let multi = quick_multi(&redlock, &names);
+    let held = multi.lock().await.expect("free");
+    for name in names {
+        assert!(
+            matches!(
+                mutex(&redlock, name).try_lock().await,
+                Err(Error::Taken { .. })
+            ),
+            "{name}"
+        );
+    }
+    held.unlock().await.expect("unlock");
+    let member = mutex(&redlock, "multi:m2").lock().await.expect("free");
+    assert!(matches!(multi.try_lock().await, Err(Error::Taken { .. })));
+    assert!(present(&cluster, "multi:m1").is_empty());
+    assert!(present(&cluster, "multi:m3").is_empty());
+    member.unlock().await.expect("unlock");
+    multi
+        .try_lock()
+        .await
+        .expect("free")
+        .unlock()
+        .await
+        .expect("unlock");
+}
+
+/// Extend counts a node only if every name still holds the lock's value there.
+#[tokio::test]
+async fn extend_fails_where_one_key_was_lost() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let multi = quick_multi(&redlock, &["multi:x", "multi:y"]);
+    let lock = multi.lock().await.expect("free");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.node(0).del("multi:y");
+    lock.extend().await.expect("nodes 1 and 2 hold both names");
+    // Node 0 did not count, and its remaining key was not extended.
+    assert!(cluster.node(0).pttl("multi:x") < 1800);
+    for node in [1, 2] {
+        assert!(cluster.node(node).pttl("multi:x") > 1900);
+        assert!(cluster.node(node).pttl("multi:y") > 1900);
+    }
+    cluster.node(1).del("multi:x");
+    assert!(matches!(lock.extend().await, Err(Error::Expired)));
+    assert!(matches!(lock.unlock().await, Err(Error::Expired)));
+    // The unlock still removed every key that held our value.
+    assert!(present(&cluster, "multi:x").is_empty());
+    assert!(present(&cluster, "multi:y").is_empty());
+}
+
+/// 16 tasks move money between 6 accounts, each transfer under a multi-name lock of its two
+/// accounts, with a non-atomic read-modify-write on a separate Redis: the total is conserved, and
+/// no two critical sections on one account overlap.
+#[tokio::test]
+async fn transfers_between_accounts_conserve_the_total() {
+    const ACCOUNTS: usize = 6;
+    const TASKS: usize = 16;
+    const TRANSFERS: usize = 25;
+    let cluster = Cluster::start(5);
+    let bank = Cluster::start(1);
+    let redlock = client(&cluster).await;
+    let store = redis::Client::open(bank.node(0).url())
+        .expect("URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("bank connects");
+    let account = |i: usize| format!("multi:account:{i}");
+    for i in 0..ACCOUNTS {
+        bank.node(0).set(&format!("balance:{i}"), "1000");
+    }
+    let histories: Arc<Vec<History>> = Arc::new((0..ACCOUNTS).map(|_| History::new()).collect());
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let (redlock, mut store, histories) =
+            (redlock.clone(), store.clone(), Arc::clone(&histories));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..TRANSFERS {
+                let from = rand::random_range(0..ACCOUNTS);
+                let to = (from + rand::random_range(1..ACCOUNTS)) % ACCOUNTS;
+                let amount = rand::random_range(1..50i64);
+                let lock = support::contended_multi(&redlock, &[account(from), account(to)])
+                    .lock()
+                    .await
+                    .expect("the transfer gets its accounts");
+                let acquired = Instant::now();
+                let (a, b) = (format!("balance:{from}"), format!("balance:{to}"));
+                let balance_a: i64 = store.get(&a).await.expect("GET");
+                let balance_b: i64 = store.get(&b).await.expect("GET");
+                // Widens the window a missing exclusion would need.
+                tokio::time::sleep(Duration::from_millis(rand::random_range(0..3))).await;
+                let _: () = store.set(&a, balance_a - amount).await.expect("SET");
+                let _: () = store.set(&b, balance_b + amount).await.expect("SET");
+                let released = Instant::now();
+                let holder = format!("task{task}:{}", lock.value());
+                for i in [from, to] {
+                    histories[i].record(&holder, acquired, released, lock.valid_until());
+                }
+                lock.unlock().await.expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let mut total = 0;
+    for i in 0..ACCOUNTS {
+        let balance: i64 = bank
+            .node(0)
+            .get(&format!("balance:{i}"))
+            .expect("balance")
+            .parse()
+            .expect("a number");
+        total += balance;
+    }
+    assert_eq!(total, 1000 * ACCOUNTS as i64, "money was created or lost");
+    let sections: usize = histories.iter().map(History::len).sum();
+    assert_eq!(sections, 2 * TASKS * TRANSFERS);
+    for history in histories.iter() {
+        history.assert_exclusive();
+    }
+}
+
+#[tokio::test]
+async fn drop_and_cancellation_release_every_key() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let names = ["multi:drop:1", "multi:drop:2", "multi:drop:3"];
+    let multi = redlock
+        .new_multi_mutex(names)
+        .with_expiry(Duration::from_secs(30));
+    let lock = multi.lock().await.expect("free");
+    for name in names {
+        assert_eq!(holders(&cluster, name, lock.value()).len(), 5);
+    }
+    drop(lock);
+    for name in names {
+        cleared_within(Duration::from_secs(2), &cluster, name).await;
+    }
+    // Cancelled at every point of the call: before, during and after its attempts.
+    let blocker = mutex(&redlock, "multi:drop:2").lock().await.expect("free");
+    for micros in (0..3000).step_by(100) {
+        let attempt = multi.clone().with_retry_delay(Duration::from_millis(1));
+        let _ = tokio::time::timeout(Duration::from_micros(micros), attempt.lock()).await;
+    }
+    for name in [names[0], names[2]] {
+        cleared_within(Duration::from_secs(2), &cluster, name).await;
+    }
+    blocker.unlock().await.expect("unlock");
+    for micros in (0..3000).step_by(100) {
+        let result = tokio::time::timeout(Duration::from_micros(micros), multi.lock()).await;
+        if let Ok(lock) = result {
+            lock.expect("free").unlock().await.expect("unlock");
+        }
+        for name in names {
+            cleared_within(Duration::from_secs(2), &cluster, name).await;
+        }
+    }
+}
+
+/// With fencing, one token for the set, larger than every earlier token of any of its names,
+/// and the next token of any member is larger still.
+#[tokio::test]
+async fn one_fencing_token_above_every_member() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let fenced = |name: &str| mutex(&redlock, name).with_fencing(true);
+    let mut last_b = 0;
+    for _ in 0..5 {
+        let lock = fenced("multi:fence:b").lock().await.expect("free");
+        last_b = lock.token().expect("fenced");
+        lock.unlock().await.expect("unlock");
+    }
+    let a = fenced("multi:fence:a").lock().await.expect("free");
+    let last_a = a.token().expect("fenced");
+    a.unlock().await.expect("unlock");
+    assert!(last_b > last_a);
+
+    let multi = quick_multi(&redlock, &["multi:fence:a", "multi:fence:b"]).with_fencing(true);
+    let both = multi.lock().await.expect("free");
+    let token = both.token().expect("fenced");
+    assert!(
+        token > last_a && token > last_b,
+        "{token} after {last_a}, {last_b}"
+    );
+    for node in cluster.nodes() {
+        for counter in ["multi:fence:a:fence", "multi:fence:b:fence"] {
+            assert_eq!(node.get(counter), Some(token.to_string()), "{counter}");
+        }
+    }
+    both.unlock().await.expect("unlock");
+    let next = fenced("multi:fence:a").lock().await.expect("free");
+    assert!(next.token().expect("fenced") > token);
+    next.unlock().await.expect("unlock");
+}
+
+/// A waiting multi-name lock wakes on the release of any of its names.
+#[tokio::test]
+async fn a_waiter_wakes_on_the_release_of_any_name() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let waking = |mutex: Mutex| {
+        mutex
+            .with_expiry(Duration::from_secs(30))
+            .with_retry_delay(Duration::from_secs(60))
+            .with_tries(100)
+            .with_wake_on_release(true)
+    };
+    let names = ["multi:wake:1", "multi:wake:2"];
+    let holder = waking(redlock.new_mutex(names[1]))
+        .lock()
+        .await
+        .expect("free");
+    let multi = waking(redlock.new_multi_mutex(names));
+    let waiter = tokio::spawn(async move { multi.lock().await });
+    // The waiter made its attempts and listens.
+    eventually("the waiter subscribed to every name", || {
+        names.iter().all(|name| {
+            let channel = format!("redmutex:released:{name}");
+            cluster
+                .nodes()
+                .iter()
+                .all(|node| node.subscribers(&channel) == 1)
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    holder.unlock().await.expect("unlock");
+    let lock = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release, not its minute-long delay")
+        .expect("task")
+        .expect("locked");
+    assert!(released.elapsed() < Duration::from_secs(20));
+    assert_eq!(lock.names().collect::<Vec<_>>(), names);
+    lock.unlock().await.expect("unlock");
+    within(Duration::from_secs(2), "keys released", || {
+        names.iter().all(|name| present(&cluster, name).is_empty())
+    })
+    .await;
+}

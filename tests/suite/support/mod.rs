@@ -1,0 +1,105 @@
+//! Helpers shared by the integration tests.
+
+pub mod capture;
+pub mod history;
+
+use std::time::Duration;
+
+use redmutex::{Mutex, Redlock, Semaphore};
+use testenv::Cluster;
+
+/// A client over every node of `cluster`.
+pub async fn client(cluster: &Cluster) -> Redlock {
+    Redlock::connect(cluster.urls())
+        .await
+        .expect("valid URLs connect")
+}
+
+/// A mutex with a short expiry (2 s) and quick retries, for tests that must finish in seconds. The
+/// node timeout is 500 ms, generous on purpose: a loaded test machine must not turn a healthy node's
+/// slow reply into a failure. Tests about timeouts set their own.
+pub fn quick(redlock: &Redlock, name: &str) -> Mutex {
+    redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_retry_delay(Duration::from_millis(5))
+        .with_tries(3)
+}
+
+/// A semaphore of `permits` permits with the settings of [`quick`].
+pub fn quick_semaphore(redlock: &Redlock, name: &str, permits: u32) -> Semaphore {
+    redlock
+        .new_semaphore(name, permits)
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_retry_delay(Duration::from_millis(5))
+        .with_tries(3)
+}
+
+/// A mutex for heavy contention: a 2 s expiry, a generous 500 ms node timeout, jittered retries of
+/// 0.5 to 5 ms, and tries enough that only a real failure ends `lock()`.
+pub fn contended(redlock: &Redlock, name: &str) -> Mutex {
+    redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_tries(100_000)
+        .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..4500)))
+}
+
+/// A multi-name mutex with the settings of [`contended`].
+pub fn contended_multi(redlock: &Redlock, names: &[String]) -> Mutex {
+    redlock
+        .new_multi_mutex(names.iter().cloned())
+        .with_expiry(Duration::from_secs(2))
+        .with_timeout_factor(0.25)
+        .with_tries(100_000)
+        .with_retry_delay_fn(|_| Duration::from_micros(500 + rand::random_range(0..4500)))
+}
+
+/// One lock and unlock of `mutex`, so that connections are open and scripts loaded before a fault.
+pub async fn warm_up(mutex: &Mutex) {
+    let lock = mutex.lock().await.expect("warm-up lock");
+    lock.unlock().await.expect("warm-up unlock");
+}
+
+/// Waits up to `limit` until no running node has `name`: for releases that must beat the expiry.
+pub async fn cleared_within(limit: Duration, cluster: &Cluster, name: &str) {
+    let what = format!("no node holds {name}");
+    within(limit, &what, || present(cluster, name).is_empty()).await;
+}
+
+/// The running nodes (indices) where `name` holds `value`.
+pub fn holders(cluster: &Cluster, name: &str, value: &str) -> Vec<usize> {
+    (0..cluster.len())
+        .filter(|&i| cluster.node(i).is_running())
+        .filter(|&i| cluster.node(i).get(name).as_deref() == Some(value))
+        .collect()
+}
+
+/// The running nodes (indices) where `name` exists at all.
+pub fn present(cluster: &Cluster, name: &str) -> Vec<usize> {
+    (0..cluster.len())
+        .filter(|&i| cluster.node(i).is_running())
+        .filter(|&i| cluster.node(i).exists(name))
+        .collect()
+}
+
+/// Waits (up to 5 s) until `condition` holds; background releases take a moment.
+pub async fn eventually(what: &str, condition: impl FnMut() -> bool) {
+    within(Duration::from_secs(5), what, condition).await;
+}
+
+/// Waits up to `limit` until `condition` holds. Tests of releases use a limit well below the lock's
+/// expiry, so that keys expiring on their own cannot pass for a release.
+pub async fn within(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,326 @@
+//! Wake-up on release (`Mutex::with_wake_on_release`), on real nodes.
+//!
+//! Waiters here have a retry delay of a minute: a waiter that gets the lock within the test's
+//! bounds was woken by the release, not by its delay.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redmutex::{Lock, Mutex, Redlock};
+use testenv::Cluster;
+use tokio::sync::mpsc;
+
+use crate::support::{client, eventually, within};
+
+/// Longer than any test here may take: only a release notice ends this wait early.
+const FALLBACK: Duration = Duration::from_secs(60);
+
+fn waking(redlock: &Redlock, name: &str) -> Mutex {
+    redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_timeout_factor(0.05)
+        .with_retry_delay(FALLBACK)
+        .with_tries(1000)
+        .with_wake_on_release(true)
+}
+
+fn channel(name: &str) -> String {
+    format!("redmutex:released:{name}")
+}
+
+/// SET commands each node received so far: one per node per attempt.
+fn sets(cluster: &Cluster) -> Vec<u64> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| node.calls("set"))
+        .collect()
+}
+
+/// Waits until every node has `count` subscribers on the name's channel.
+async fn subscribed(cluster: &Cluster, name: &str, count: i64) {
+    let channel = channel(name);
+    let what = format!("{count} subscriber(s) to {channel} on every node");
+    eventually(&what, || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.subscribers(&channel) == count)
+    })
+    .await;
+}
+
+/// Waits until every node received `count` SETs: the holder's, and the first waiter's two
+/// attempts (before and after subscribing), after which it only waits.
+async fn tried(cluster: &Cluster, count: u64) {
+    let what = format!("{count} attempts on every node");
+    eventually(&what, || sets(cluster).iter().all(|&sets| sets == count)).await;
+}
+
+/// Starts a task that locks `mutex` and sends the lock, tagged with `id`.
+fn waiter(mutex: &Mutex, id: usize, locks: &mpsc::UnboundedSender<(usize, Lock)>) {
+    let (mutex, locks) = (mutex.clone(), locks.clone());
+    tokio::spawn(async move {
+        let lock = mutex.lock().await.expect("the waiter gets the lock");
+        let _ = locks.send((id, lock));
+    });
+}
+
+async fn next_holder(locks: &mut mpsc::UnboundedReceiver<(usize, Lock)>) -> (usize, Lock) {
+    tokio::time::timeout(Duration::from_secs(20), locks.recv())
+        .await
+        .expect("a waiter was woken by the release (its retry delay is a minute)")
+        .expect("waiters are running")
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_release() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = waking(&redlock, "wake:one");
+    let held = mutex.lock().await.expect("free lock");
+    let (sender, mut locks) = mpsc::unbounded_channel();
+    waiter(&mutex, 0, &sender);
+    subscribed(&cluster, "wake:one", 1).await;
+    tried(&cluster, 3).await;
+    held.unlock().await.expect("unlock");
+    let (_, next) = next_holder(&mut locks).await;
+    next.unlock().await.expect("unlock");
+}
+
+/// Four waiters in one client: the first tries, subscribes the name and tries once more; the
+/// others queue behind it without trying. Each release then costs exactly one attempt (one SET
+/// per node), the waiters get the lock in the order they came, and all of them share one
+/// subscription per node.
+#[tokio::test]
+async fn each_release_wakes_one_waiter_in_line() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let name = "wake:queue";
+    let mutex = waking(&redlock, name);
+    let mut lock = mutex.lock().await.expect("free lock");
+    let (sender, mut locks) = mpsc::unbounded_channel();
+    let mut expected = sets(&cluster);
+    waiter(&mutex, 0, &sender);
+    // A failed attempt, and one more once subscribed: a release just before the subscription
+    // took effect would have gone unheard.
+    expected.iter_mut().for_each(|sets| *sets += 2);
+    eventually("the first waiter tried twice", || {
+        sets(&cluster) == expected
+    })
+    .await;
+    for id in 1..4 {
+        waiter(&mutex, id, &sender);
+        // Queued at once, with no attempt: give the task a moment to get in line.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        sets(&cluster),
+        expected,
+        "later waiters queue without trying"
+    );
+    subscribed(&cluster, name, 1).await;
+    for id in 0..4 {
+        lock.unlock().await.expect("unlock");
+        let (woken, next) = next_holder(&mut locks).await;
+        assert_eq!(woken, id, "first come, first served");
+        expected.iter_mut().for_each(|sets| *sets += 1);
+        // Let any other wake-up show itself.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(sets(&cluster), expected, "one attempt per release");
+        lock = next;
+    }
+    lock.unlock().await.expect("unlock");
+}
+
+#[tokio::test]
+async fn the_listener_resubscribes_after_its_node_restarts() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "wake:restart";
+    let mutex = waking(&redlock, name);
+    let held = mutex.lock().await.expect("free lock");
+    let (sender, mut locks) = mpsc::unbounded_channel();
+    waiter(&mutex, 0, &sender);
+    subscribed(&cluster, name, 1).await;
+    tried(&cluster, 3).await;
+    cluster.node(0).restart();
+    subscribed(&cluster, name, 1).await;
+    // Node 0 lost the key with the restart; the other two report the release, a quorum.
+    held.unlock().await.expect("unlock on a quorum");
+    let (_, next) = next_holder(&mut locks).await;
+    next.unlock().await.expect("unlock");
+}
+
+#[tokio::test]
+async fn a_name_is_unsubscribed_some_seconds_after_its_last_waiter() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "wake:linger";
+    let mutex = waking(&redlock, name);
+    let held = mutex.lock().await.expect("free lock");
+    let (sender, mut locks) = mpsc::unbounded_channel();
+    waiter(&mutex, 0, &sender);
+    subscribed(&cluster, name, 1).await;
+    held.unlock().await.expect("unlock");
+    let (_, next) = next_holder(&mut locks).await;
+    next.unlock().await.expect("unlock");
+    // Kept for 5 s after the last waiter left, dropped at the next sweep (every 5 s).
+    let channel = channel(name);
+    within(Duration::from_secs(20), "no subscribers left", || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.subscribers(&channel) == 0)
+    })
+    .await;
+}
+
+/// Without notices (the holder's mutex does not publish, or the waiter's client was built from
+/// connections and has no listeners) a waiter still gets the lock, after its retry delay.
+#[tokio::test]
+async fn without_notices_waiters_fall_back_on_their_delay() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mut connections = Vec::new();
+    for url in cluster.urls() {
+        let client = redis::Client::open(url).expect("URL");
+        let connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        connections.push(connection);
+    }
+    let built = Redlock::new(connections).expect("connections");
+    for (waiting_client, name, listens) in [
+        (&redlock, "wake:fallback", true),
+        (&built, "wake:fallback-built", false),
+    ] {
+        // The holder's mutex does not publish.
+        let silent = redlock.new_mutex(name).with_expiry(Duration::from_secs(30));
+        let held = silent.lock().await.expect("free lock");
+        let waiter = waiting_client
+            .new_mutex(name)
+            .with_wake_on_release(true)
+            .with_retry_delay(Duration::from_millis(300))
+            .with_tries(100);
+        let task = tokio::spawn(async move { waiter.lock().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let channel = channel(name);
+        let subscribers = usize::from(listens) as i64;
+        for node in cluster.nodes() {
+            assert_eq!(node.subscribers(&channel), subscribers, "{name}");
+        }
+        held.unlock().await.expect("unlock");
+        let next = task.await.expect("task").expect("the waiter gets the lock");
+        next.unlock().await.expect("unlock");
+    }
+}
+
+/// With wake-up on release every attempt has a value of its own: a release notice names the
+/// released value, so a value released twice (a failed attempt's cleanup, then the unlock of a
+/// retry that won with it) would read as one release to waiters.
+#[tokio::test]
+async fn every_attempt_has_its_own_value() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let held = redlock
+        .new_mutex("wake:values")
+        .lock()
+        .await
+        .expect("free lock");
+    let values = Arc::new(AtomicU64::new(0));
+    let waiter = redlock
+        .new_mutex("wake:values")
+        .with_wake_on_release(true)
+        .with_retry_delay(Duration::from_millis(10))
+        .with_tries(4)
+        .with_value_fn({
+            let values = Arc::clone(&values);
+            move || format!("value-{}", values.fetch_add(1, Ordering::SeqCst))
+        });
+    let error = waiter.lock().await.expect_err("held throughout");
+    assert!(matches!(error, redmutex::Error::Taken { .. }), "{error}");
+    assert_eq!(values.load(Ordering::SeqCst), 4, "one value per attempt");
+    held.unlock().await.expect("unlock");
+}
+
+/// One task per mutex, each making `rounds` non-atomic increments under the lock; returns the
+/// count. Bounded well below the waiters' retry delay of a minute: finishing in time means every
+/// hand-off was a wake-up.
+async fn increments(mutexes: Vec<Mutex>, rounds: usize) -> u64 {
+    let counter = Arc::new(AtomicU64::new(0));
+    let tasks = mutexes.into_iter().map(|mutex| {
+        let counter = Arc::clone(&counter);
+        tokio::spawn(async move {
+            for _ in 0..rounds {
+                let lock = mutex.lock().await.expect("lock");
+                // Not atomic on purpose: only the lock keeps increments apart.
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                lock.unlock().await.expect("unlock");
+            }
+        })
+    });
+    let all = futures::future::join_all(tasks);
+    let results = tokio::time::timeout(Duration::from_secs(50), all)
+        .await
+        .expect("every hand-off was a wake-up (the retry delay is a minute)");
+    for result in results {
+        result.expect("task");
+    }
+    counter.load(Ordering::SeqCst)
+}
+
+/// Eight tasks in one client: the count is exact, and every hand-off was a wake-up.
+#[tokio::test]
+async fn contending_tasks_hand_the_lock_on_by_wake_ups() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = waking(&redlock, "wake:contention");
+    let count = increments(vec![mutex; 8], 20).await;
+    assert_eq!(count, 160);
+}
+
+/// Four clients with two tasks each: every client wakes one waiter per release, so woken waiters
+/// of different clients race; the count stays exact and no release goes unheard.
+#[tokio::test]
+async fn waiters_of_several_clients_race_without_losing_wake_ups() {
+    let cluster = Cluster::start(5);
+    let mut mutexes = Vec::new();
+    for _ in 0..4 {
+        let redlock = client(&cluster).await;
+        let mutex = waking(&redlock, "wake:clients");
+        mutexes.extend([mutex.clone(), mutex]);
+    }
+    let count = increments(mutexes, 15).await;
+    assert_eq!(count, 120);
+}
+
+/// Listeners open only when somebody has to wait: an uncontended lock of a waking mutex uses the
+/// client's one connection per node and nothing more.
+#[tokio::test]
+async fn uncontended_locks_open_no_listeners() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = waking(&redlock, "wake:uncontended");
+    for _ in 0..3 {
+        let lock = mutex.lock().await.expect("free lock");
+        lock.unlock().await.expect("unlock");
+    }
+    for node in cluster.nodes() {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut node.connection())
+            .expect("INFO");
+        let clients = info
+            .lines()
+            .find_map(|line| line.strip_prefix("connected_clients:"))
+            .map(str::trim);
+        // The client's connection, and this inspection's own.
+        assert_eq!(clients, Some("2"), "{info}");
+    }
+}
