@@ -7,7 +7,7 @@ use redis::{RedisResult, Script};
 
 /// Write `value` only if `token` is at least the highest token accepted so far for this key.
 /// `KEYS[1]` = the key, `KEYS[2]` = its last accepted token, `ARGV[1]` = value, `ARGV[2]` = token.
-const FENCED_SET: &str = r#"
+pub(crate) const FENCED_SET: &str = r#"
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 if tonumber(ARGV[2]) < last then return 0 end
 redis.call('SET', KEYS[2], ARGV[2])

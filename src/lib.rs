@@ -15,6 +15,7 @@ mod listener;
 mod lock;
 mod mutex;
 mod node;
+mod nodes;
 mod probe;
 mod quorum;
 mod reconnect;

@@ -669,4 +669,43 @@ mod tests {
             );
         }
     }
+
+    /// The scripts as `.lua` files, assembled by the build script, are these texts byte for byte
+    /// (so their digests, which nodes cache them by, are the same too).
+    #[test]
+    fn the_lua_files_assemble_to_the_scripts_byte_for_byte() {
+        use crate::nodes::script::{Script, lua};
+        let pairs: [(Script, &str); 22] = [
+            (lua!("primitives/mutex/release.lua"), RELEASE),
+            (lua!("primitives/mutex/release_notify.lua"), RELEASE_NOTIFY),
+            (lua!("primitives/mutex/extend.lua"), EXTEND),
+            (lua!("primitives/mutex/acquire_fenced.lua"), ACQUIRE_FENCED),
+            (lua!("primitives/mutex/raise.lua"), RAISE),
+            (lua!("ops/inspect/inspect.lua"), INSPECT),
+            (lua!("ops/inspect/force_release.lua"), FORCE_RELEASE),
+            (lua!("waiting/fair/round.lua"), fair::ROUND),
+            (lua!("waiting/fair/release.lua"), fair::RELEASE),
+            (lua!("primitives/semaphore/acquire.lua"), SEMAPHORE_ACQUIRE),
+            (lua!("primitives/semaphore/extend.lua"), SEMAPHORE_EXTEND),
+            (lua!("primitives/semaphore/release.lua"), SEMAPHORE_RELEASE),
+            (lua!("primitives/multi/acquire.lua"), NAMES_ACQUIRE),
+            (lua!("primitives/multi/extend.lua"), NAMES_EXTEND),
+            (lua!("primitives/multi/release.lua"), NAMES_RELEASE),
+            (lua!("primitives/multi/raise.lua"), NAMES_RAISE),
+            (lua!("primitives/rwlock/read_acquire.lua"), READ_ACQUIRE),
+            (lua!("primitives/rwlock/read_extend.lua"), READ_EXTEND),
+            (lua!("primitives/rwlock/read_release.lua"), READ_RELEASE),
+            (lua!("primitives/rwlock/write_acquire.lua"), WRITE_ACQUIRE),
+            (lua!("primitives/semaphore/prelude.lua"), semaphore_prelude!()),
+            (lua!("primitives/fenced_set.lua"), crate::fenced::FENCED_SET),
+        ];
+        for (script, old) in pairs {
+            assert_eq!(script.text(), old, "{}", script.path());
+            assert_eq!(script.digest(), digest(old), "{}", script.path());
+        }
+        // Every script the nodes load is compared above.
+        for old in ALL {
+            assert!(pairs.iter().any(|(_, text)| text == old));
+        }
+    }
 }

@@ -1,0 +1,3 @@
+//! The connection layer: one node, and the connection to it.
+
+pub(crate) mod script;
