@@ -10,7 +10,7 @@ use redis::{Cmd, Value};
 use crate::connection::NodeConnection;
 use crate::probe::{Answer, bounded, each_node, eval, send, unexpected};
 use crate::redlock::Redlock;
-use crate::scripts::{DIGESTS, EXTEND, RELEASE, RELEASE_NOTIFY};
+use crate::scripts::{EXTEND, RELEASE, RELEASE_NOTIFY};
 use crate::value::random_value;
 
 mod judge;
@@ -400,7 +400,7 @@ async fn extend_and_unlock(
     let (keys, args) = ([scratch], [value, millis]);
     match bounded(
         timeout,
-        eval(connection, EXTEND, &DIGESTS.extend, &keys, &args),
+        eval(connection, &EXTEND, &keys, &args),
     )
     .await
     {
@@ -408,13 +408,7 @@ async fn extend_and_unlock(
         Ok(other) => return Round::Failed("the extend script", unexpected(&other)),
         Err(error) => return Round::Failed("the extend script", error),
     }
-    let notice = eval(
-        connection,
-        RELEASE_NOTIFY,
-        &DIGESTS.release_notify,
-        &keys,
-        &args[..1],
-    );
+    let notice = eval(connection, &RELEASE_NOTIFY, &keys, &args[..1]);
     let refused = match bounded(timeout, notice).await {
         Ok(Value::Int(1)) => return Round::Done,
         Ok(other) => unexpected(&other),
@@ -425,7 +419,7 @@ async fn extend_and_unlock(
     // the plain release may find nothing left.
     match bounded(
         timeout,
-        eval(connection, RELEASE, &DIGESTS.release, &keys, &args[..1]),
+        eval(connection, &RELEASE, &keys, &args[..1]),
     )
     .await
     {

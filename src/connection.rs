@@ -161,7 +161,7 @@ impl NodeConnection {
         }
         for script in ALL {
             // SCRIPT LOAD is idempotent.
-            self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script))
+            self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script.text()))
                 .await?
                 .extract_error()?;
         }
@@ -235,10 +235,8 @@ fn refused_script_line(detail: &str) -> Option<(usize, &'static str)> {
     let (_, place) = detail.split_once("script: ")?;
     let (digest, line) = place.split_once(", on @user_script:")?;
     let number: usize = line.trim_end_matches('.').parse().ok()?;
-    let script = ALL
-        .iter()
-        .find(|script| redis::Script::new(script).get_hash() == digest)?;
-    let line = script.lines().nth(number.checked_sub(1)?)?.trim();
+    let script = ALL.iter().find(|script| script.digest() == digest)?;
+    let line = script.text().lines().nth(number.checked_sub(1)?)?.trim();
     Some((number, line))
 }
 
@@ -249,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_refused_command_in_a_script_is_named() {
-        let digest = redis::Script::new(RELEASE).get_hash().to_owned();
+        let digest = RELEASE.digest();
         let reply = format!(
             "-ERR The user executing the script can't run this command or subcommand \
              script: {digest}, on @user_script:5.\r\n"

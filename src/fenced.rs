@@ -5,18 +5,12 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script};
 
-/// Write `value` only if `token` is at least the highest token accepted so far for this key.
-/// `KEYS[1]` = the key, `KEYS[2]` = its last accepted token, `ARGV[1]` = value, `ARGV[2]` = token.
-pub(crate) const FENCED_SET: &str = r#"
-local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[2]) < last then return 0 end
-redis.call('SET', KEYS[2], ARGV[2])
-redis.call('SET', KEYS[1], ARGV[1])
-return 1
-"#;
+/// Writes `value` only if `token` is at least the highest token accepted so far for this key
+/// (`primitives/fenced_set.lua`).
+const FENCED_SET: crate::nodes::script::Script = crate::nodes::script::lua!("primitives/fenced_set.lua");
 
 /// Built once: `Script` hashes its text, and sends EVALSHA with an EVAL fallback.
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET.text()));
 
 /// Sets `key` to `value` on the connection's Redis server, unless a write with a higher fencing
 /// token was already accepted for `key`; returns whether the write was accepted.

@@ -11,7 +11,7 @@ use crate::mutex::Mutex;
 use crate::probe::{Answer, each_node, eval, unexpected};
 use crate::quorum::{permit_quorum, quorum};
 use crate::rwlock::RwLock;
-use crate::scripts::{DIGESTS, FORCE_RELEASE, INSPECT};
+use crate::scripts::{FORCE_RELEASE, INSPECT};
 use crate::semaphore::Semaphore;
 
 /// Who holds a name, as a quorum of nodes sees it: the answer of [`Mutex::inspect`],
@@ -644,7 +644,7 @@ async fn inspect(mutex: &Mutex, permits: Option<u32>) -> Result<LockState, Error
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     let keys = keys.as_slice();
     let answers = each_node(nodes, plan.node_timeout, |_, mut connection| async move {
-        let reply = eval(&mut connection, INSPECT, &DIGESTS.inspect, keys, &[]).await?;
+        let reply = eval(&mut connection, &INSPECT, keys, &[]).await?;
         read_inspect(reply)
     })
     .await;
@@ -679,8 +679,7 @@ async fn force(mutex: &Mutex) -> Result<usize, Error> {
     let keys: Vec<&str> = triples.iter().map(String::as_str).collect();
     let keys = keys.as_slice();
     let answers = each_node(nodes, plan.node_timeout, |_, mut connection| async move {
-        let script = (FORCE_RELEASE, DIGESTS.force_release.as_str());
-        match eval(&mut connection, script.0, script.1, keys, &[notify]).await? {
+        match eval(&mut connection, &FORCE_RELEASE, keys, &[notify]).await? {
             Value::Int(deleted) => Ok(deleted > 0),
             other => Err(unexpected(&other)),
         }

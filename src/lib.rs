@@ -50,12 +50,12 @@ pub mod internals {
     use std::time::Duration;
 
     /// The compare-and-delete script, for the benchmark's raw floor to run the same Lua.
-    pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE;
+    pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE.text();
 
     /// A semaphore's acquire script (key: the name; arguments: the value, the expiry in
     /// milliseconds, the permits), for tests that count its replies against another quorum than
     /// the library's.
-    pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::scripts::SEMAPHORE_ACQUIRE;
+    pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::scripts::SEMAPHORE_ACQUIRE.text();
 
     /// How many scripts a client loads into each node when it starts, for tests that wait until
     /// it is done.

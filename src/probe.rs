@@ -12,6 +12,7 @@ use redis::{Cmd, Value};
 use crate::connection::NodeConnection;
 use crate::error::NodeErrorKind;
 use crate::node::Node;
+use crate::nodes::script::Script;
 
 /// One node's reply, or why there is none.
 pub(crate) type Answer<T> = Result<T, NodeErrorKind>;
@@ -58,8 +59,7 @@ pub(crate) async fn send(connection: &mut NodeConnection, cmd: &Cmd) -> Answer<V
 /// Runs a script by its digest, and by its text when the node does not have it cached.
 pub(crate) async fn eval(
     connection: &mut NodeConnection,
-    script: &str,
-    digest: &str,
+    script: &Script,
     keys: &[&str],
     args: &[&str],
 ) -> Answer<Value> {
@@ -68,9 +68,9 @@ pub(crate) async fn eval(
         cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
         cmd
     };
-    match send(connection, &build("EVALSHA", digest)).await {
+    match send(connection, &build("EVALSHA", script.digest())).await {
         Err(NodeErrorKind::Redis(error)) if error.code() == Some("NOSCRIPT") => {
-            send(connection, &build("EVAL", script)).await
+            send(connection, &build("EVAL", script.text())).await
         }
         other => other,
     }

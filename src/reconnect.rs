@@ -427,7 +427,7 @@ async fn open(client: &Client) -> RedisResult<Live> {
     let ping = redis::cmd("PING");
     let loads: Vec<Cmd> = ALL
         .iter()
-        .map(|script| redis::cmd("SCRIPT").arg("LOAD").arg(*script).clone())
+        .map(|script| redis::cmd("SCRIPT").arg("LOAD").arg(script.text()).clone())
         .collect();
     let send = |cmd: &Cmd| {
         let mut connection = connection.clone();

@@ -15,10 +15,11 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline};
 
 use crate::error::Error;
+use crate::nodes::script::Script;
 use crate::node::{Delivery, Op};
 use crate::quorum::{Tally, permit_quorum, quorum, whole_millis};
 use crate::scripts::{
-    ACQUIRE_FENCED, DIGESTS, EXTEND, NAMES_ACQUIRE, NAMES_EXTEND, NAMES_RAISE, NAMES_RELEASE,
+    ACQUIRE_FENCED, EXTEND, NAMES_ACQUIRE, NAMES_EXTEND, NAMES_RAISE, NAMES_RELEASE,
     RAISE, READ_ACQUIRE, READ_EXTEND, READ_RELEASE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,
     SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, WRITE_ACQUIRE, fair,
 };
@@ -346,49 +347,49 @@ impl Target {
                 cmd
             }
             Op::Extend => script_cmd(
-                verb.script(EXTEND, &DIGESTS.extend),
+                verb.script(&EXTEND),
                 verb,
                 name,
                 value,
                 Some(millis),
             ),
             Op::Release { hand_off: true, .. } => line_cmd(
-                verb.script(fair::RELEASE, &fair::DIGESTS.release),
+                verb.script(&fair::RELEASE),
                 verb,
                 name,
                 self.line_keys(),
                 &[value],
             ),
             Op::Round { ticket } => line_cmd(
-                verb.script(fair::ROUND, &fair::DIGESTS.round),
+                verb.script(&fair::ROUND),
                 verb,
                 name,
                 self.line_keys(),
                 &[value, &millis.to_string(), &ticket.to_string()],
             ),
             Op::Release { notify: false, .. } => script_cmd(
-                verb.script(RELEASE, &DIGESTS.release),
+                verb.script(&RELEASE),
                 verb,
                 name,
                 value,
                 None,
             ),
             Op::Release { notify: true, .. } => script_cmd(
-                verb.script(RELEASE_NOTIFY, &DIGESTS.release_notify),
+                verb.script(&RELEASE_NOTIFY),
                 verb,
                 name,
                 value,
                 None,
             ),
             Op::AcquireFenced => fenced_cmd(
-                verb.script(ACQUIRE_FENCED, &DIGESTS.acquire_fenced),
+                verb.script(&ACQUIRE_FENCED),
                 verb,
                 name,
                 value,
                 millis,
             ),
             Op::Raise(token) => {
-                fenced_cmd(verb.script(RAISE, &DIGESTS.raise), verb, name, value, token)
+                fenced_cmd(verb.script(&RAISE), verb, name, value, token)
             }
         }
     }
@@ -403,12 +404,12 @@ impl Target {
         };
         let (script, fenced) = match op {
             Op::Acquire | Op::Round { .. } | Op::Enter => {
-                (verb.script(NAMES_ACQUIRE, &DIGESTS.names_acquire), false)
+                (verb.script(&NAMES_ACQUIRE), false)
             }
-            Op::AcquireFenced => (verb.script(NAMES_ACQUIRE, &DIGESTS.names_acquire), true),
-            Op::Extend => (verb.script(NAMES_EXTEND, &DIGESTS.names_extend), false),
-            Op::Release { .. } => (verb.script(NAMES_RELEASE, &DIGESTS.names_release), false),
-            Op::Raise(_) => (verb.script(NAMES_RAISE, &DIGESTS.names_raise), true),
+            Op::AcquireFenced => (verb.script(&NAMES_ACQUIRE), true),
+            Op::Extend => (verb.script(&NAMES_EXTEND), false),
+            Op::Release { .. } => (verb.script(&NAMES_RELEASE), false),
+            Op::Raise(_) => (verb.script(&NAMES_RAISE), true),
         };
         let keys = if fenced {
             2 * self.names.len()
@@ -456,7 +457,7 @@ impl Target {
             // Readers never fence (`check` refuses it): their acquire answers 0 either way.
             Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter if read => {
                 cmd.arg(verb.word())
-                    .arg(verb.script(READ_ACQUIRE, &DIGESTS.read_acquire))
+                    .arg(verb.script(&READ_ACQUIRE))
                     .arg(3)
                     .arg(&**name)
                     .arg(&*beside.readers)
@@ -467,7 +468,7 @@ impl Target {
             Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => {
                 let fenced = op == Op::AcquireFenced;
                 cmd.arg(verb.word())
-                    .arg(verb.script(WRITE_ACQUIRE, &DIGESTS.write_acquire))
+                    .arg(verb.script(&WRITE_ACQUIRE))
                     .arg(if fenced { 4 } else { 3 })
                     .arg(&**name)
                     .arg(&*beside.readers)
@@ -480,7 +481,7 @@ impl Target {
             // Not reached for readers either; a renewal of the reader's entry is harmless.
             Op::Extend | Op::Raise(_) if read => {
                 cmd.arg(verb.word())
-                    .arg(verb.script(READ_EXTEND, &DIGESTS.read_extend))
+                    .arg(verb.script(&READ_EXTEND))
                     .arg(2)
                     .arg(&**name)
                     .arg(&*beside.readers)
@@ -489,7 +490,7 @@ impl Target {
             }
             Op::Release { notify, .. } if read => {
                 cmd.arg(verb.word())
-                    .arg(verb.script(READ_RELEASE, &DIGESTS.read_release))
+                    .arg(verb.script(&READ_RELEASE))
                     .arg(2)
                     .arg(&**name)
                     .arg(&*beside.readers)
@@ -510,21 +511,21 @@ impl Target {
         let name = self.first();
         match op {
             Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => semaphore_cmd(
-                verb.script(SEMAPHORE_ACQUIRE, &DIGESTS.semaphore_acquire),
+                verb.script(&SEMAPHORE_ACQUIRE),
                 verb,
                 name,
                 value,
                 &[millis, u64::from(permits)],
             ),
             Op::Extend | Op::Raise(_) => semaphore_cmd(
-                verb.script(SEMAPHORE_EXTEND, &DIGESTS.semaphore_extend),
+                verb.script(&SEMAPHORE_EXTEND),
                 verb,
                 name,
                 value,
                 &[millis],
             ),
             Op::Release { notify, .. } => semaphore_cmd(
-                verb.script(SEMAPHORE_RELEASE, &DIGESTS.semaphore_release),
+                verb.script(&SEMAPHORE_RELEASE),
                 verb,
                 name,
                 value,
@@ -565,10 +566,10 @@ impl Verb {
     }
 
     /// The script's text for EVAL, its digest for EVALSHA.
-    fn script<'a>(self, text: &'a str, digest: &'a str) -> &'a str {
+    fn script(self, script: &Script) -> &'static str {
         match self {
-            Verb::EvalSha => digest,
-            Verb::Eval => text,
+            Verb::EvalSha => script.digest(),
+            Verb::Eval => script.text(),
         }
     }
 }
@@ -675,7 +676,7 @@ mod tests {
         let by_digest = target.command(Op::Extend, Delivery::ByDigest, "v", 5);
         assert_eq!(
             words(&by_digest),
-            ["EVALSHA", &DIGESTS.extend, "1", "name", "v", "5"]
+            ["EVALSHA", EXTEND.digest(), "1", "name", "v", "5"]
         );
         let inline = target.command(Op::Raise(7), Delivery::Inline, "v", 5);
         assert_eq!(words(&inline)[2..], ["2", "name", "name:fence", "v", "7"]);
@@ -692,7 +693,7 @@ mod tests {
             words(&acquire),
             [
                 "EVALSHA",
-                &DIGESTS.names_acquire,
+                NAMES_ACQUIRE.digest(),
                 "3",
                 "a",
                 "b",
@@ -728,7 +729,7 @@ mod tests {
         );
         assert_eq!(words(&release)[2..], ["3", "a", "b", "c", "v", "1"]);
         let extend = target.command(Op::Extend, Delivery::ByDigest, "v", 5);
-        assert_eq!(words(&extend)[1], DIGESTS.names_extend);
+        assert_eq!(words(&extend)[1], NAMES_EXTEND.digest());
         assert_eq!(words(&extend)[2..], ["3", "a", "b", "c", "v", "5"]);
         assert!(target.is_script(Op::Acquire));
     }
@@ -741,7 +742,7 @@ mod tests {
             words(&cmd),
             [
                 "EVALSHA",
-                &DIGESTS.read_acquire,
+                READ_ACQUIRE.digest(),
                 "3",
                 "n",
                 "n:readers",
@@ -761,7 +762,7 @@ mod tests {
         );
         assert_eq!(
             words(&cmd)[1..],
-            [&*DIGESTS.read_release, "2", "n", "n:readers", "v", "0"]
+            [READ_RELEASE.digest(), "2", "n", "n:readers", "v", "0"]
         );
         assert!(read.probe("n").is_none());
 
@@ -770,7 +771,7 @@ mod tests {
         assert_eq!(
             words(&cmd)[1..],
             [
-                &*DIGESTS.write_acquire,
+                WRITE_ACQUIRE.digest(),
                 "4",
                 "n",
                 "n:readers",
@@ -874,7 +875,7 @@ mod tests {
             words(&acquire),
             [
                 "EVALSHA",
-                &DIGESTS.semaphore_acquire,
+                SEMAPHORE_ACQUIRE.digest(),
                 "1",
                 "jobs",
                 "v",
@@ -884,7 +885,7 @@ mod tests {
         );
         let extend = target.command(Op::Extend, Delivery::Inline, "v", 2000);
         assert_eq!(words(&extend)[0], "EVAL");
-        assert_eq!(words(&extend)[1], SEMAPHORE_EXTEND);
+        assert_eq!(words(&extend)[1], SEMAPHORE_EXTEND.text());
         assert_eq!(words(&extend)[2..], ["1", "jobs", "v", "2000"]);
         for (notify, flag) in [(false, "0"), (true, "1")] {
             let release = Op::Release {
@@ -892,7 +893,7 @@ mod tests {
                 hand_off: false,
             };
             let release = target.command(release, Delivery::ByDigest, "v", 9);
-            assert_eq!(words(&release)[1], DIGESTS.semaphore_release);
+            assert_eq!(words(&release)[1], SEMAPHORE_RELEASE.digest());
             assert_eq!(words(&release)[2..], ["1", "jobs", "v", flag]);
         }
         assert!(target.is_script(Op::Acquire));
