@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
-use crate::connection::NodeConnection;
-use crate::probe::{Answer, bounded, each_node, eval, send, unexpected};
+use crate::nodes::connection::NodeConnection;
+use crate::nodes::probe::{Answer, bounded, each_node, eval, send, unexpected};
 use crate::redlock::Redlock;
 use crate::scripts::{EXTEND, RELEASE, RELEASE_NOTIFY};
 use crate::value::random_value;
@@ -398,12 +398,7 @@ async fn extend_and_unlock(
     millis: &str,
 ) -> Round {
     let (keys, args) = ([scratch], [value, millis]);
-    match bounded(
-        timeout,
-        eval(connection, &EXTEND, &keys, &args),
-    )
-    .await
-    {
+    match bounded(timeout, eval(connection, &EXTEND, &keys, &args)).await {
         Ok(Value::Int(1)) => {}
         Ok(other) => return Round::Failed("the extend script", unexpected(&other)),
         Err(error) => return Round::Failed("the extend script", error),
@@ -417,12 +412,7 @@ async fn extend_and_unlock(
     // Perhaps only PUBLISH is refused: then plain locks work, without wake-up on release. The
     // refused script may have deleted the key before it failed (scripts do not roll back), so
     // the plain release may find nothing left.
-    match bounded(
-        timeout,
-        eval(connection, &RELEASE, &keys, &args[..1]),
-    )
-    .await
-    {
+    match bounded(timeout, eval(connection, &RELEASE, &keys, &args[..1])).await {
         Ok(Value::Int(0 | 1)) => Round::NoNotice(refused),
         Ok(other) => Round::Failed("the unlock script", unexpected(&other)),
         Err(error) => Round::Failed("the unlock script", error),

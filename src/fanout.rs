@@ -10,9 +10,10 @@ use futures::future::{BoxFuture, join_all};
 use rand::seq::SliceRandom;
 use tokio::time::{sleep_until, timeout_at};
 
-use crate::connection::NodeConnection;
 use crate::error::NodeErrorKind;
-use crate::node::{Delivery, Node, Request, call};
+use crate::node::{Delivery, Request, call};
+use crate::nodes::Node;
+use crate::nodes::connection::NodeConnection;
 use crate::quorum::Tally;
 use crate::settings::Plan;
 use crate::target::Target;

@@ -7,7 +7,8 @@ use redis::{RedisResult, Script};
 
 /// Writes `value` only if `token` is at least the highest token accepted so far for this key
 /// (`primitives/fenced_set.lua`).
-const FENCED_SET: crate::nodes::script::Script = crate::nodes::script::lua!("primitives/fenced_set.lua");
+const FENCED_SET: crate::nodes::script::Script =
+    crate::nodes::script::lua!("primitives/fenced_set.lua");
 
 /// Built once: `Script` hashes its text, and sends EVALSHA with an EVAL fallback.
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET.text()));

@@ -20,8 +20,7 @@ use crate::line::{Line, WaiterId};
 mod place;
 mod turn;
 
-use crate::listener::Command;
-use crate::scripts::NOTICE_PREFIX;
+use crate::nodes::listener::{Command, NOTICE_PREFIX, NoticeSink};
 use crate::scripts::fair::GRANT_MARK;
 pub(crate) use place::Place;
 pub(crate) use turn::Turn;
@@ -173,7 +172,7 @@ impl Hub {
         since: Instant,
     ) -> (Place, Option<Subscribing>) {
         let mut state = self.state();
-        self.sweep(&mut state, Instant::now());
+        self.sweep_at(&mut state, Instant::now());
         let (id, wake) = state.new_waiter();
         let mut subscribing = None;
         let woken = self
@@ -203,7 +202,7 @@ impl Hub {
         fingerprint: &str,
     ) -> (Turn, Option<Subscribing>) {
         let mut state = self.state();
-        self.sweep(&mut state, Instant::now());
+        self.sweep_at(&mut state, Instant::now());
         let (id, wake) = state.new_waiter();
         let mut subscribing = None;
         let waiters = self.waiters(&mut state, name, &mut subscribing);
@@ -278,6 +277,23 @@ impl Hub {
             .is_some_and(|waiters| waiters.line.has_waiters())
     }
 
+    /// Drops names nobody waited on for [`LINGER`], and unsubscribes the nodes from them.
+    fn sweep_at(&self, state: &mut State, now: Instant) {
+        state.names.retain(|name, waiters| {
+            let stale = waiters
+                .idle_since
+                .is_some_and(|idle| now.duration_since(idle) >= LINGER);
+            if stale {
+                for commands in &self.commands {
+                    let _ = commands.send(Command::Unsubscribe(channel(name)));
+                }
+            }
+            !stale
+        });
+    }
+}
+
+impl NoticeSink for Hub {
     /// A node's notice on `name`: a release (the payload is the released value) or a hand-off
     /// (see `scripts::fair::GRANT_MARK`).
     ///
@@ -286,7 +302,7 @@ impl Hub {
     /// that heard it) about `node` only, whatever node it was first published on; a hand-off goes
     /// only to the waiter its fingerprint names, which counts it only where its place has the
     /// ticket named (`Standing::handed`); and its counter is a hint within [`HINT_LIMIT`].
-    pub(crate) fn notice(&self, node: usize, name: &str, payload: &[u8], now: Instant) {
+    fn notice(&self, node: usize, name: &str, payload: &[u8], now: Instant) {
         let mut state = self.state();
         let Some(waiters) = state.names.get_mut(name) else {
             return;
@@ -338,7 +354,7 @@ impl Hub {
 
     /// The channels of every name somebody listens for, to subscribe a listener after it
     /// (re)connected.
-    pub(crate) fn channels(&self) -> Vec<String> {
+    fn channels(&self) -> Vec<String> {
         self.state()
             .names
             .keys()
@@ -347,23 +363,9 @@ impl Hub {
     }
 
     /// Drops names nobody waited on for [`LINGER`], and unsubscribes the nodes from them.
-    fn sweep(&self, state: &mut State, now: Instant) {
-        state.names.retain(|name, waiters| {
-            let stale = waiters
-                .idle_since
-                .is_some_and(|idle| now.duration_since(idle) >= LINGER);
-            if stale {
-                for commands in &self.commands {
-                    let _ = commands.send(Command::Unsubscribe(channel(name)));
-                }
-            }
-            !stale
-        });
-    }
-
-    pub(crate) fn sweep_now(&self) {
+    fn sweep(&self) {
         let mut state = self.state();
-        self.sweep(&mut state, Instant::now());
+        self.sweep_at(&mut state, Instant::now());
     }
 }
 
@@ -515,12 +517,12 @@ mod tests {
         let (place, _) = hub.join(&name(), Instant::now());
         place.done();
         let later = Instant::now() + LINGER;
-        hub.sweep(&mut hub.state(), later);
+        hub.sweep_at(&mut hub.state(), later);
         assert!(hub.channels().is_empty());
         let (turn, subscribing) = hub.take_turn(&name(), "f");
         assert!(subscribing.is_some(), "fair waiters subscribe too");
         drop(turn);
-        hub.sweep(&mut hub.state(), Instant::now() + LINGER);
+        hub.sweep_at(&mut hub.state(), Instant::now() + LINGER);
         assert!(hub.channels().is_empty());
     }
 }

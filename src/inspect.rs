@@ -8,7 +8,7 @@ use redis::Value;
 
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::mutex::Mutex;
-use crate::probe::{Answer, each_node, eval, unexpected};
+use crate::nodes::probe::{Answer, each_node, eval, unexpected};
 use crate::quorum::{permit_quorum, quorum};
 use crate::rwlock::RwLock;
 use crate::scripts::{FORCE_RELEASE, INSPECT};

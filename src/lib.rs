@@ -2,7 +2,6 @@
 
 mod acquire;
 mod checks;
-mod connection;
 mod delay;
 mod error;
 mod fanout;
@@ -11,35 +10,28 @@ mod hub;
 mod inspect;
 mod keep_alive;
 mod line;
-mod listener;
 mod lock;
 mod mutex;
 mod node;
 mod nodes;
-mod probe;
 mod quorum;
-mod reconnect;
-mod redact;
 mod redlock;
 mod rwlock;
 mod scripts;
 mod semaphore;
 mod settings;
 mod target;
-#[cfg(feature = "tls")]
-mod tls;
 mod value;
-mod version;
 mod waiting;
 
 pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
-pub use connection::NodeConnection;
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use fenced::fenced_set;
 pub use inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
 pub use keep_alive::{KeepAlive, KeepAliveEnd};
 pub use lock::Lock;
 pub use mutex::Mutex;
+pub use nodes::connection::NodeConnection;
 pub use redlock::Redlock;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;

@@ -1,34 +1,17 @@
-//! One Redis node: its address, and one call to it (bounded by the fan-out that makes it).
+//! One call to one node: what a request sends, and how its reply reads (bounded by the fan-out
+//! that makes it).
 
 use std::borrow::{Borrow, BorrowMut};
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, Pipeline, Value};
 
-use crate::connection::{NodeConnection, Packed};
 use crate::error::NodeErrorKind;
+use crate::nodes::connection::{NodeConnection, Packed};
+use crate::nodes::version::Primitive;
 use crate::quorum::Tally;
 use crate::target::Target;
-use crate::version::Primitive;
-
-/// A node of a [`Redlock`](crate::Redlock): its connection and a password-free address for messages.
-#[derive(Clone)]
-pub(crate) struct Node {
-    pub connection: NodeConnection,
-    /// The URL with its password redacted, or `None` for connections the caller built.
-    pub address: Option<String>,
-}
-
-impl fmt::Debug for Node {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.address {
-            Some(address) => f.write_str(address),
-            None => self.connection.fmt(f),
-        }
-    }
-}
 
 /// What a request does to the lock's keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,19 +213,6 @@ fn describe(reply: &Value) -> String {
         text.push_str("...");
     }
     text
-}
-
-/// Whether `target` is in use on the node (see `Target::probe`): `None` if the node did not say
-/// so within `timeout`.
-pub(crate) async fn in_use(
-    mut connection: NodeConnection,
-    (cmd, from): (Cmd, i64),
-    timeout: Duration,
-) -> Option<bool> {
-    match tokio::time::timeout(timeout, connection.send(&cmd)).await {
-        Ok(Ok(Value::Int(count))) => Some(count >= from),
-        _ => None,
-    }
 }
 
 /// Sends `request` to one node and reads the reply. Unbounded: the fan-out that starts the call

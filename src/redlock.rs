@@ -4,17 +4,18 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::connection::NodeConnection;
 use crate::error::Error;
 use crate::hub::Hub;
-use crate::listener::Listeners;
 use crate::mutex::Mutex;
-use crate::node::Node;
-use crate::reconnect::address_of;
-use crate::redact::redact_url;
+use crate::nodes::Node;
+use crate::nodes::address_of;
+use crate::nodes::connection::NodeConnection;
+use crate::nodes::redact::redact_url;
 use crate::rwlock::RwLock;
+use crate::scripts::ALL;
 use crate::semaphore::Semaphore;
 use crate::target::Target;
+use crate::waiting::listeners::Listeners;
 
 /// How long the background connection warm-up waits for a node.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -150,11 +151,11 @@ impl Redlock {
     /// The client over `clients`, each with its password-free address for messages.
     fn with_clients(clients: Vec<(redis::Client, String)>) -> Result<Redlock, Error> {
         #[cfg(feature = "tls")]
-        crate::tls::install_crypto_provider();
+        crate::nodes::tls::install_crypto_provider();
         let nodes = clients
             .iter()
             .map(|(client, address)| Node {
-                connection: NodeConnection::reconnecting(client.clone()),
+                connection: NodeConnection::reconnecting(client.clone(), ALL),
                 address: Some(address.clone()),
             })
             .collect();
@@ -211,7 +212,7 @@ impl Redlock {
         let nodes = connections
             .into_iter()
             .map(|connection| Node {
-                connection: connection.into(),
+                connection: connection.into().with_scripts(ALL),
                 address: None,
             })
             .collect();

@@ -17,10 +17,6 @@ pub(crate) mod fair;
 /// Compare-and-delete (`primitives/mutex/release.lua`).
 pub(crate) const RELEASE: Script = lua!("primitives/mutex/release.lua");
 
-/// The pub/sub channel of a name's release notices is this prefix followed by the name. The
-/// scripts that publish spell it out too; a unit test keeps them equal.
-pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
-
 /// Compare-and-delete with a release notice (`primitives/mutex/release_notify.lua`).
 pub(crate) const RELEASE_NOTIFY: Script = lua!("primitives/mutex/release_notify.lua");
 
@@ -98,6 +94,7 @@ pub(crate) const ALL: &[Script] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nodes::listener::NOTICE_PREFIX;
 
     #[test]
     fn digests_are_sha1_hex_and_distinct() {
@@ -142,6 +139,23 @@ mod tests {
                 script.matches("redmutex:readers").count(),
                 script.matches(&quoted).count()
             );
+        }
+    }
+
+    /// Every script loads into a real node under the digest it is sent by; a script the node
+    /// refuses (a Lua syntax error) is reported at its `.lua` file and line.
+    #[tokio::test]
+    async fn every_script_loads_into_a_node() {
+        let cluster = testenv::Cluster::start(1);
+        let client = redis::Client::open(cluster.urls()[0].as_str()).expect("a URL");
+        let mut connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("the node answers");
+        for script in ALL {
+            if let Err(error) = crate::nodes::script::load(&mut connection, script).await {
+                panic!("{error}");
+            }
         }
     }
 }

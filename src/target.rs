@@ -15,15 +15,15 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline};
 
 use crate::error::Error;
-use crate::nodes::script::Script;
 use crate::node::{Delivery, Op};
+use crate::nodes::script::Script;
+use crate::nodes::version::Primitive;
 use crate::quorum::{Tally, permit_quorum, quorum, whole_millis};
 use crate::scripts::{
-    ACQUIRE_FENCED, EXTEND, NAMES_ACQUIRE, NAMES_EXTEND, NAMES_RAISE, NAMES_RELEASE,
-    RAISE, READ_ACQUIRE, READ_EXTEND, READ_RELEASE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,
+    ACQUIRE_FENCED, EXTEND, NAMES_ACQUIRE, NAMES_EXTEND, NAMES_RAISE, NAMES_RELEASE, RAISE,
+    READ_ACQUIRE, READ_EXTEND, READ_RELEASE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,
     SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, WRITE_ACQUIRE, fair,
 };
-use crate::version::Primitive;
 
 /// The keys a lock holds and the rules that go with them.
 pub(crate) struct Target {
@@ -346,13 +346,7 @@ impl Target {
                     .arg(millis);
                 cmd
             }
-            Op::Extend => script_cmd(
-                verb.script(&EXTEND),
-                verb,
-                name,
-                value,
-                Some(millis),
-            ),
+            Op::Extend => script_cmd(verb.script(&EXTEND), verb, name, value, Some(millis)),
             Op::Release { hand_off: true, .. } => line_cmd(
                 verb.script(&fair::RELEASE),
                 verb,
@@ -367,30 +361,16 @@ impl Target {
                 self.line_keys(),
                 &[value, &millis.to_string(), &ticket.to_string()],
             ),
-            Op::Release { notify: false, .. } => script_cmd(
-                verb.script(&RELEASE),
-                verb,
-                name,
-                value,
-                None,
-            ),
-            Op::Release { notify: true, .. } => script_cmd(
-                verb.script(&RELEASE_NOTIFY),
-                verb,
-                name,
-                value,
-                None,
-            ),
-            Op::AcquireFenced => fenced_cmd(
-                verb.script(&ACQUIRE_FENCED),
-                verb,
-                name,
-                value,
-                millis,
-            ),
-            Op::Raise(token) => {
-                fenced_cmd(verb.script(&RAISE), verb, name, value, token)
+            Op::Release { notify: false, .. } => {
+                script_cmd(verb.script(&RELEASE), verb, name, value, None)
             }
+            Op::Release { notify: true, .. } => {
+                script_cmd(verb.script(&RELEASE_NOTIFY), verb, name, value, None)
+            }
+            Op::AcquireFenced => {
+                fenced_cmd(verb.script(&ACQUIRE_FENCED), verb, name, value, millis)
+            }
+            Op::Raise(token) => fenced_cmd(verb.script(&RAISE), verb, name, value, token),
         }
     }
 
@@ -403,9 +383,7 @@ impl Target {
             op => op,
         };
         let (script, fenced) = match op {
-            Op::Acquire | Op::Round { .. } | Op::Enter => {
-                (verb.script(&NAMES_ACQUIRE), false)
-            }
+            Op::Acquire | Op::Round { .. } | Op::Enter => (verb.script(&NAMES_ACQUIRE), false),
             Op::AcquireFenced => (verb.script(&NAMES_ACQUIRE), true),
             Op::Extend => (verb.script(&NAMES_EXTEND), false),
             Op::Release { .. } => (verb.script(&NAMES_RELEASE), false),
@@ -517,13 +495,9 @@ impl Target {
                 value,
                 &[millis, u64::from(permits)],
             ),
-            Op::Extend | Op::Raise(_) => semaphore_cmd(
-                verb.script(&SEMAPHORE_EXTEND),
-                verb,
-                name,
-                value,
-                &[millis],
-            ),
+            Op::Extend | Op::Raise(_) => {
+                semaphore_cmd(verb.script(&SEMAPHORE_EXTEND), verb, name, value, &[millis])
+            }
             Op::Release { notify, .. } => semaphore_cmd(
                 verb.script(&SEMAPHORE_RELEASE),
                 verb,

@@ -8,6 +8,7 @@
 //! release notices, or keep a place in the fair line across clients.
 
 mod fair;
+pub(crate) mod listeners;
 mod notices;
 
 use std::time::Instant;

@@ -8,9 +8,9 @@ use redis::Value;
 
 use super::{CheckKind, CheckReport, CheckStatus, NodeCheck};
 use crate::error::NodeErrorKind;
-use crate::probe::{Answer, unexpected};
+use crate::nodes::probe::{Answer, unexpected};
+use crate::nodes::version::{Primitive, ServerVersion};
 use crate::quorum::quorum;
-use crate::version::{Primitive, ServerVersion};
 
 /// What one node told us.
 #[derive(Debug)]
@@ -454,7 +454,7 @@ impl fmt::Display for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::version::Version;
+    use crate::nodes::version::Version;
 
     fn info(lines: &str) -> HashMap<String, String> {
         parse_info(&Value::BulkString(lines.as_bytes().to_vec())).unwrap()

@@ -72,6 +72,9 @@ mod tests {
         assert_eq!(GRANT_MARK, b'\0');
         assert!(RELEASE.text().contains(r"'\0' .. redis.sha1hex(head)"));
         assert!(ROUND.text().contains(r"'\0' .. redis.sha1hex(head)"));
-        assert!(RELEASE.text().contains(&format!("'{}' .. KEYS[1]", super::super::NOTICE_PREFIX)));
+        assert!(RELEASE.text().contains(&format!(
+            "'{}' .. KEYS[1]",
+            crate::nodes::listener::NOTICE_PREFIX
+        )));
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::delay::FOREVER;
 use crate::hub::Place;
 use crate::mutex::Mutex;
-use crate::node;
+use crate::nodes::probe::in_use;
 use crate::settings::Plan;
 
 /// One `lock()` call's waiting by release notices.
@@ -136,7 +136,7 @@ async fn wait_in_line(
         };
         tokio::time::sleep(pause).await;
         let connection = mutex.redlock().nodes()[node].connection.clone();
-        match node::in_use(connection, probe, plan.node_timeout).await {
+        match in_use(connection, probe, plan.node_timeout).await {
             Some(true) => {
                 tracing::trace!(node, "taken again before the attempt");
                 place.wait_again(woken_at);

@@ -9,14 +9,8 @@
 //! the last attempt, so no call ever waits for the backoff: its own node timeout is the only bound
 //! on it, and it reports why the node is out rather than a bare timeout.
 //!
-//! **Silence.** A half-open connection (the node's host vanished, a middlebox dropped the flow)
-//! shows no error: requests go out and nothing comes back, so every call costs its timeout until
-//! the operating system gives up, often many minutes later. A connection is suspect once
-//! [`SILENT_CALLS`] requests went out with no reply since, over at least [`SILENT_FOR`]. Then a
-//! probe (one at a time, at most one per [`PROBE_INTERVAL`]) sends `PING` on the suspect
-//! connection and opens a fresh one beside it. The fresh one replaces the suspect only if it is
-//! made and answers its own `PING` while the suspect's `PING` stays unanswered, for [`PROBE_WAIT`]
-//! from the probe's start and at least [`PROBE_GRACE`] after the fresh one answered.
+//! **Silence.** A half-open connection shows no error; `health` says how one is found out and
+//! replaced, and why that is safe.
 //!
 //! **Why replacing needs that proof.** Each node's requests run in the order they were sent because
 //! they share one connection (see `fanout::Stragglers`): a SET already sent runs before the release
@@ -30,9 +24,7 @@
 //! can a request of the old connection run after newer ones; `README.md` (Fail-fast) says what that
 //! costs.
 
-use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use futures::future::{FutureExt, Shared, join_all};
@@ -40,29 +32,19 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
+use super::health::{Health, nanos_now, probe};
+use super::script::Script;
+use super::version::{Primitive, ServerVersion, info_server, script_version};
 use crate::error::NodeErrorKind;
-use crate::scripts::ALL;
-use crate::version::{Primitive, ServerVersion, info_server, script_version};
 
 /// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
 /// CLIENT SETINFO), our PING and the question of the node's version. Calls never wait this long (their node timeout bounds them); it
 /// only decides when an attempt that hangs is given up, so that a later call can start another.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Pause after a failed attempt to connect before the next one, doubled after each failure.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// A connection is suspect after this many requests without a reply...
-const SILENT_CALLS: u32 = 3;
-/// ...over at least this long since the first of them.
-const SILENT_FOR: Duration = Duration::from_secs(1);
-/// How long the suspect connection's PING has to answer, from the start of the probe.
-const PROBE_WAIT: Duration = Duration::from_secs(2);
-/// At least this long after the fresh connection answered.
-const PROBE_GRACE: Duration = Duration::from_millis(500);
-/// Pause between two probes of one connection.
-const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A connection to one node that remakes itself. Shared by every clone of its
 /// [`NodeConnection`](crate::NodeConnection).
@@ -70,6 +52,8 @@ pub(crate) struct Reconnecting {
     client: Client,
     /// The node's address for traces, without credentials.
     address: String,
+    /// Loaded into the node's cache on every new connection.
+    scripts: &'static [Script],
     slot: Mutex<Slot>,
 }
 
@@ -94,9 +78,9 @@ type Pending = Shared<oneshot::Receiver<RedisResult<Live>>>;
 
 /// A connection that was made, and how it has been answering.
 #[derive(Clone)]
-struct Live {
-    connection: MultiplexedConnection,
-    health: Arc<Health>,
+pub(super) struct Live {
+    pub(super) connection: MultiplexedConnection,
+    pub(super) health: Arc<Health>,
     /// What the node said of its version when this connection was made.
     version: ServerVersion,
 }
@@ -117,10 +101,11 @@ enum Current {
 
 impl Reconnecting {
     /// Makes nothing yet: the first call connects.
-    pub(crate) fn new(client: Client) -> Reconnecting {
+    pub(crate) fn new(client: Client, scripts: &'static [Script]) -> Reconnecting {
         Reconnecting {
             address: address_of(&client),
             client,
+            scripts,
             slot: Mutex::new(Slot::Idle {
                 failed: None,
                 backoff: BACKOFF_MIN,
@@ -250,9 +235,10 @@ impl Reconnecting {
             this: Arc::downgrade(self),
             settled: false,
         };
-        let client = self.client.clone();
+        let (client, scripts) = (self.client.clone(), self.scripts);
         runtime.spawn(async move {
-            let outcome = match tokio::time::timeout(CONNECT_TIMEOUT, open(&client)).await {
+            let outcome = match tokio::time::timeout(CONNECT_TIMEOUT, open(&client, scripts)).await
+            {
                 Ok(outcome) => outcome,
                 Err(_) => Err(timed_out(CONNECT_TIMEOUT)),
             };
@@ -292,7 +278,7 @@ impl Reconnecting {
     }
 
     /// The connection `live` failed: it is dropped, and a new one is made at once.
-    fn lost(self: &Arc<Self>, live: &Live, error: &RedisError) {
+    pub(super) fn lost(self: &Arc<Self>, live: &Live, error: &RedisError) {
         let mut slot = self.slot();
         if matches!(&*slot, Slot::Ready(current) if current.is(live)) {
             tracing::debug!(node = %self.address, %error, "node connection lost, reconnecting");
@@ -315,13 +301,14 @@ impl Reconnecting {
             runtime.spawn(probe(
                 Arc::downgrade(self),
                 self.client.clone(),
+                self.scripts,
                 live.clone(),
             ));
         }
     }
 
     /// The probe found `old` silent while `fresh` answered.
-    fn replace(&self, old: &Live, fresh: Live) {
+    pub(super) fn replace(&self, old: &Live, fresh: Live) {
         let mut slot = self.slot();
         if matches!(&*slot, Slot::Ready(current) if current.is(old)) {
             tracing::debug!(
@@ -359,65 +346,12 @@ impl Drop for Attempt {
     }
 }
 
-/// What a probe found.
-enum Verdict {
-    /// The suspect connection answered its PING (or failed outright).
-    Answered(RedisResult<Value>),
-    /// It stayed silent while a fresh connection answered.
-    Silent(Live),
-    /// No fresh connection could be made: the node itself does not answer (paused, down, cut off),
-    /// so replacing the connection would gain nothing.
-    Unknown,
-}
-
-/// Tells a dead connection from a stalled node; see the module docs.
-async fn probe(this: Weak<Reconnecting>, client: Client, old: Live) {
-    // Ends the probe however the task ends, also when its runtime shuts down.
-    let _ending = EndProbe(Arc::clone(&old.health));
-    let started = tokio::time::Instant::now();
-    let ping = redis::cmd("PING");
-    let mut suspect = old.connection.clone();
-    let mut answer = pin!(suspect.send_packed_command(&ping));
-    let fresh = tokio::time::timeout(CONNECT_TIMEOUT, open(&client));
-    let verdict = tokio::select! {
-        answered = &mut answer => Verdict::Answered(answered),
-        fresh = fresh => match fresh {
-            Ok(Ok(fresh)) => {
-                let until = (started + PROBE_WAIT).max(tokio::time::Instant::now() + PROBE_GRACE);
-                match tokio::time::timeout_at(until, &mut answer).await {
-                    Ok(answered) => Verdict::Answered(answered),
-                    Err(_) => Verdict::Silent(fresh),
-                }
-            }
-            _ => Verdict::Unknown,
-        },
-    };
-    if let Some(this) = this.upgrade() {
-        match verdict {
-            Verdict::Answered(Err(error)) if error.is_unrecoverable_error() => {
-                this.lost(&old, &error);
-            }
-            Verdict::Answered(_) => old.health.answered(),
-            Verdict::Silent(fresh) => this.replace(&old, fresh),
-            Verdict::Unknown => {}
-        }
-    }
-}
-
-struct EndProbe(Arc<Health>);
-
-impl Drop for EndProbe {
-    fn drop(&mut self) {
-        self.0.end_probe(nanos_now());
-    }
-}
-
 /// Makes a connection and checks that the node serves it: the redis crate's set-up (AUTH and
 /// SELECT as the client says), then one round trip that carries a PING, asks the node's version
 /// (`INFO server`; a second round trip asks a script where `INFO` is refused, see `version`) and
 /// loads the scripts. No timeouts of the driver's own: the node timeout of each call is the only
 /// bound (see [`NodeConnection`](crate::NodeConnection)).
-async fn open(client: &Client) -> RedisResult<Live> {
+pub(super) async fn open(client: &Client, scripts: &[Script]) -> RedisResult<Live> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(None)
         .set_response_timeout(None);
@@ -425,7 +359,7 @@ async fn open(client: &Client) -> RedisResult<Live> {
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
     let ping = redis::cmd("PING");
-    let loads: Vec<Cmd> = ALL
+    let loads: Vec<Cmd> = scripts
         .iter()
         .map(|script| redis::cmd("SCRIPT").arg("LOAD").arg(script.text()).clone())
         .collect();
@@ -495,65 +429,8 @@ fn jittered(backoff: Duration) -> Duration {
     backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0)
 }
 
-/// How a connection has been answering: requests sent since its last reply, and since when.
-#[derive(Default)]
-struct Health {
-    unanswered: AtomicU32,
-    /// When the first of the unanswered requests went out, in nanoseconds since [`EPOCH`].
-    silent_since: AtomicU64,
-    probing: AtomicBool,
-    /// No probe before this, in nanoseconds since [`EPOCH`].
-    next_probe: AtomicU64,
-}
-
-/// The origin of the instants kept in atomics.
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-fn nanos_now() -> u64 {
-    u64::try_from(EPOCH.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl Health {
-    /// Records a request going out; `true` if the connection is now suspect. `now` reads the
-    /// clock (nanoseconds since [`EPOCH`]), only when needed. Races between concurrent calls can
-    /// only blur the count a little, and a probe decides nothing on its own.
-    fn sent(&self, now: impl FnOnce() -> u64) -> bool {
-        let before = self.unanswered.fetch_add(1, Ordering::Relaxed);
-        if before == 0 {
-            self.silent_since.store(now(), Ordering::Relaxed);
-            return false;
-        }
-        before + 1 >= SILENT_CALLS
-            && now().saturating_sub(self.silent_since.load(Ordering::Relaxed)) >= nanos(SILENT_FOR)
-    }
-
-    fn answered(&self) {
-        self.unanswered.store(0, Ordering::Relaxed);
-    }
-
-    /// Whether this caller may start a probe at `now`: none runs, and the last ended long enough
-    /// ago.
-    fn start_probe(&self, now: u64) -> bool {
-        now >= self.next_probe.load(Ordering::Relaxed)
-            && self
-                .probing
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    fn end_probe(&self, now: u64) {
-        let next = now.saturating_add(nanos(PROBE_INTERVAL));
-        self.next_probe.store(next, Ordering::Relaxed);
-        self.probing.store(false, Ordering::Release);
-    }
-}
-
 impl Live {
-    fn is(&self, other: &Live) -> bool {
+    pub(super) fn is(&self, other: &Live) -> bool {
         Arc::ptr_eq(&self.health, &other.health)
     }
 }
@@ -561,41 +438,6 @@ impl Live {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const SECOND: u64 = 1_000_000_000;
-
-    #[test]
-    fn a_connection_is_suspect_after_a_run_of_silent_calls_only() {
-        let health = Health::default();
-        let start = 10 * SECOND;
-        let at = |t: u64| move || t;
-        assert!(!health.sent(at(start)));
-        assert!(!health.sent(at(start + SECOND / 2)));
-        assert!(
-            !health.sent(at(start + SECOND / 2)),
-            "three calls, but not silent long"
-        );
-        assert!(health.sent(at(start + nanos(SILENT_FOR))));
-        health.answered();
-        let later = start + 5 * SECOND;
-        assert!(!health.sent(at(later)), "a reply ends the run");
-        assert!(!health.sent(at(later + 2 * SECOND)), "two calls are no run");
-        assert!(health.sent(at(later + 2 * SECOND)));
-    }
-
-    #[test]
-    fn one_probe_at_a_time_and_a_pause_between() {
-        let health = Health::default();
-        let now = 10 * SECOND;
-        assert!(health.start_probe(now));
-        assert!(!health.start_probe(now), "one runs");
-        health.end_probe(now);
-        assert!(
-            !health.start_probe(now + SECOND / 2),
-            "too soon after the last"
-        );
-        assert!(health.start_probe(now + nanos(PROBE_INTERVAL)));
-    }
 
     #[test]
     fn a_pong_or_a_permission_error_is_a_served_connection() {

@@ -8,11 +8,11 @@ use futures::future::Either;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
+pub(crate) use super::reconnect::Packed;
+use super::reconnect::Reconnecting;
+use super::script::Script;
+use super::version::{Primitive, ServerVersion, info_server, script_version};
 use crate::error::NodeErrorKind;
-pub(crate) use crate::reconnect::Packed;
-use crate::reconnect::Reconnecting;
-use crate::scripts::ALL;
-use crate::version::{Primitive, ServerVersion, info_server, script_version};
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
 ///
@@ -56,7 +56,12 @@ use crate::version::{Primitive, ServerVersion, info_server, script_version};
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct NodeConnection(Connection);
+pub struct NodeConnection {
+    connection: Connection,
+    /// The scripts loaded into the node, and named in its errors: the client's (see
+    /// [`with_scripts`](Self::with_scripts)).
+    scripts: &'static [Script],
+}
 
 #[derive(Clone)]
 enum Connection {
@@ -72,20 +77,20 @@ type Learned = Arc<OnceLock<ServerVersion>>;
 
 impl From<ConnectionManager> for NodeConnection {
     fn from(manager: ConnectionManager) -> Self {
-        NodeConnection(Connection::Manager(manager, Learned::default()))
+        NodeConnection::caller_built(Connection::Manager(manager, Learned::default()))
     }
 }
 
 impl From<MultiplexedConnection> for NodeConnection {
     fn from(connection: MultiplexedConnection) -> Self {
-        NodeConnection(Connection::Multiplexed(connection, Learned::default()))
+        NodeConnection::caller_built(Connection::Multiplexed(connection, Learned::default()))
     }
 }
 
 impl fmt::Debug for NodeConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The redis crate's own Debug output may include connection details; show the kind only.
-        match self.0 {
+        match self.connection {
             Connection::Own(_) => f.write_str("NodeConnection(reconnecting)"),
             Connection::Manager(..) => f.write_str("NodeConnection(ConnectionManager)"),
             Connection::Multiplexed(..) => f.write_str("NodeConnection(MultiplexedConnection)"),
@@ -94,9 +99,31 @@ impl fmt::Debug for NodeConnection {
 }
 
 impl NodeConnection {
-    /// redmutex's own connection through `client`, made on first use (see `reconnect`).
-    pub(crate) fn reconnecting(client: redis::Client) -> NodeConnection {
-        NodeConnection(Connection::Own(Arc::new(Reconnecting::new(client))))
+    /// redmutex's own connection through `client`, made on first use (see `reconnect`), which
+    /// loads `scripts` into the node's cache each time it connects.
+    pub(crate) fn reconnecting(
+        client: redis::Client,
+        scripts: &'static [Script],
+    ) -> NodeConnection {
+        NodeConnection {
+            connection: Connection::Own(Arc::new(Reconnecting::new(client, scripts))),
+            scripts,
+        }
+    }
+
+    /// A connection the caller built: it loads no scripts until a client gives it its own.
+    fn caller_built(connection: Connection) -> NodeConnection {
+        NodeConnection {
+            connection,
+            scripts: &[],
+        }
+    }
+
+    /// The same connection, loading `scripts` (on [`warm_up`](Self::warm_up)) and naming them in
+    /// errors.
+    pub(crate) fn with_scripts(mut self, scripts: &'static [Script]) -> NodeConnection {
+        self.scripts = scripts;
+        self
     }
 
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
@@ -106,14 +133,15 @@ impl NodeConnection {
         &'a mut self,
         cmd: &'a Cmd,
     ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
-        let sent = match &mut self.0 {
+        let scripts = self.scripts;
+        let sent = match &mut self.connection {
             Connection::Own(c) => Either::Left(c.send(cmd)),
             Connection::Manager(c, _) => Either::Right(Either::Left(c.send_packed_command(cmd))),
             Connection::Multiplexed(c, _) => {
                 Either::Right(Either::Right(c.send_packed_command(cmd)))
             }
         };
-        sent.map(|reply| reply.map(name_script_command))
+        sent.map(move |reply| reply.map(|reply| name_script_command(reply, scripts)))
     }
 
     /// Sends one command or a pipeline (in one write; its replies come as one array, in order)
@@ -126,7 +154,8 @@ impl NodeConnection {
         primitive: Primitive,
         packed: Packed<'a>,
     ) -> impl Future<Output = Result<Value, NodeErrorKind>> + Send + 'a {
-        let sent = match &mut self.0 {
+        let scripts = self.scripts;
+        let sent = match &mut self.connection {
             Connection::Own(c) => Either::Left(c.send_for(primitive, packed)),
             Connection::Manager(c, learned) => {
                 Either::Right(Either::Left(send_learning(c, learned, primitive, packed)))
@@ -135,14 +164,14 @@ impl NodeConnection {
                 Either::Right(Either::Right(send_learning(c, learned, primitive, packed)))
             }
         };
-        sent.map(|reply| reply.map(name_script_command))
+        sent.map(move |reply| reply.map(|reply| name_script_command(reply, scripts)))
     }
 
     /// The node's version, as the gate of [`send_for`](Self::send_for) sees it: for redmutex's own
     /// connections, what the current connection learned when it was made (connecting first if
     /// needed); for the caller's, what was learned on first use, or now.
     pub(crate) async fn version(&mut self) -> Result<ServerVersion, NodeErrorKind> {
-        match &mut self.0 {
+        match &mut self.connection {
             Connection::Own(c) => c.version().await.map_err(NodeErrorKind::Redis),
             Connection::Manager(c, learned) => learn(c, learned).await,
             Connection::Multiplexed(c, learned) => learn(c, learned).await,
@@ -153,13 +182,13 @@ impl NodeConnection {
     /// not pay for the handshakes. redmutex's own connections load the scripts on every new
     /// connection; for the caller's, this is the only time.
     pub(crate) async fn warm_up(&mut self) -> RedisResult<()> {
-        if let Connection::Own(c) = &self.0 {
+        if let Connection::Own(c) = &self.connection {
             return c.connect().await;
         }
         if let Err(NodeErrorKind::Redis(error)) = self.version().await {
             return Err(error);
         }
-        for script in ALL {
+        for script in self.scripts {
             // SCRIPT LOAD is idempotent.
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script.text()))
                 .await?
@@ -213,11 +242,14 @@ async fn learn<C: ConnectionLike + Send>(
 
 /// A script's error for a command its user may not run names the script (by digest) and the line,
 /// but not the command: add the line's text, so that the error names the missing permission.
-fn name_script_command(reply: Value) -> Value {
+fn name_script_command(reply: Value, scripts: &[Script]) -> Value {
     let Value::ServerError(error) = &reply else {
         return reply;
     };
-    let Some((number, line)) = error.details().and_then(refused_script_line) else {
+    let Some((number, line)) = error
+        .details()
+        .and_then(|detail| refused_script_line(detail, scripts))
+    else {
         return reply;
     };
     let detail = error.details().unwrap_or_default();
@@ -228,14 +260,14 @@ fn name_script_command(reply: Value) -> Value {
 /// The number and text of the line that a script error points at, for errors of a command the
 /// script's user may not run (Redis 7.0: "The user executing the script can't run this command or
 /// subcommand script: DIGEST, on @user_script:LINE.").
-fn refused_script_line(detail: &str) -> Option<(usize, &'static str)> {
+fn refused_script_line(detail: &str, scripts: &[Script]) -> Option<(usize, &'static str)> {
     if !detail.starts_with("The user executing the script can't") {
         return None;
     }
     let (_, place) = detail.split_once("script: ")?;
     let (digest, line) = place.split_once(", on @user_script:")?;
     let number: usize = line.trim_end_matches('.').parse().ok()?;
-    let script = ALL.iter().find(|script| script.digest() == digest)?;
+    let script = scripts.iter().find(|script| script.digest() == digest)?;
     let line = script.text().lines().nth(number.checked_sub(1)?)?.trim();
     Some((number, line))
 }
@@ -243,7 +275,7 @@ fn refused_script_line(detail: &str) -> Option<(usize, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scripts::RELEASE;
+    use crate::scripts::{ALL, RELEASE};
 
     #[test]
     fn a_refused_command_in_a_script_is_named() {
@@ -253,7 +285,7 @@ mod tests {
              script: {digest}, on @user_script:5.\r\n"
         );
         let reply = redis::parse_redis_value(reply.as_bytes()).unwrap();
-        let Value::ServerError(error) = name_script_command(reply) else {
+        let Value::ServerError(error) = name_script_command(reply, ALL) else {
             panic!("still an error");
         };
         assert_eq!(error.code(), "ERR");
@@ -272,7 +304,7 @@ mod tests {
             b":1\r\n",
         ] {
             let value = redis::parse_redis_value(reply).unwrap();
-            assert_eq!(name_script_command(value.clone()), value);
+            assert_eq!(name_script_command(value.clone(), ALL), value);
         }
     }
 }

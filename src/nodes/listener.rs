@@ -1,4 +1,6 @@
-//! The release-notice listeners: one pub/sub connection per node, kept open for the hub.
+//! The release-notice listeners: one pub/sub connection per node, whose notices go to a
+//! [`NoticeSink`] (the waiting layer's hub, which also owns the listeners: see
+//! `waiting::listeners`).
 //!
 //! A listener re-makes its connection after any failure, including a connection that could not be
 //! set up (refused credentials, `maxclients`) and one that went half-open: a subscribed connection
@@ -6,16 +8,16 @@
 //! [`PING_INTERVAL`] that must be answered within [`LISTENER_TIMEOUT`] notices a dead one within
 //! the sum of the two. A release missed meanwhile costs its waiters at most their retry delay.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::hub::{Hub, LINGER, State};
-use crate::quorum::quorum;
-use crate::scripts::NOTICE_PREFIX;
+/// The pub/sub channel of a name's release notices is this prefix followed by the name. The
+/// scripts that publish spell it out too; a unit test keeps them equal.
+pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
 
 /// Bound on opening a listener connection and on each SUBSCRIBE, UNSUBSCRIBE or PING.
 const LISTENER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -27,67 +29,35 @@ const PING_INTERVAL: Duration = Duration::from_secs(3);
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
-/// The listeners of a client: started on first use, because most clients never need them.
-pub(crate) struct Listeners {
-    /// One per node, in node order; empty for connections the caller built.
-    clients: Vec<redis::Client>,
-    hub: std::sync::Mutex<Option<Arc<Hub>>>,
+/// Where a node's listener delivers what it hears, and whom it asks what to listen for.
+pub(crate) trait NoticeSink: Send + Sync + 'static {
+    /// `node` published `payload` on the notice channel of `name`, heard at `at`.
+    fn notice(&self, node: usize, name: &str, payload: &[u8], at: Instant);
+    /// The channels to subscribe to after a listener (re)connected.
+    fn channels(&self) -> Vec<String>;
+    /// Called every `sweep_every` (see [`spawn`]) while the listener runs: time to forget names
+    /// nobody waits on.
+    fn sweep(&self);
 }
 
-impl Listeners {
-    pub(crate) fn new(clients: Vec<redis::Client>) -> Listeners {
-        Listeners {
-            clients,
-            hub: std::sync::Mutex::new(None),
-        }
-    }
-
-    /// The hub if its listeners already run: for checks that must not open connections.
-    pub(crate) fn running_hub(&self) -> Option<Arc<Hub>> {
-        let slot = self.hub.lock().unwrap_or_else(|e| e.into_inner());
-        slot.as_ref().filter(|hub| hub.listening()).cloned()
-    }
-
-    /// The hub, with one listener task per node started on the first call, and again if the
-    /// runtime that ran the listeners has shut down (a client can outlive a runtime). `None` when
-    /// there are no clients to listen with, or no tokio runtime to run the listeners on.
-    pub(crate) fn hub(&self) -> Option<Arc<Hub>> {
-        if self.clients.is_empty() {
-            return None;
-        }
-        let mut slot = self.hub.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hub) = slot.as_ref().filter(|hub| hub.listening()) {
-            return Some(Arc::clone(hub));
-        }
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let hub = {
-            let mut receivers = Vec::new();
-            let mut commands = Vec::new();
-            for _ in &self.clients {
-                let (sender, receiver) = mpsc::unbounded_channel();
-                commands.push(sender);
-                receivers.push(receiver);
-            }
-            let hub = Arc::new(Hub {
-                quorum: quorum(self.clients.len()),
-                nodes: self.clients.len(),
-                state: std::sync::Mutex::new(State::default()),
-                commands,
-            });
-            for (node, (client, commands)) in self.clients.iter().zip(receivers).enumerate() {
-                let listener = Listener {
-                    node,
-                    client: client.clone(),
-                    hub: Arc::downgrade(&hub),
-                    commands,
-                };
-                runtime.spawn(listener.run());
-            }
-            hub
-        };
-        *slot = Some(Arc::clone(&hub));
-        Some(hub)
-    }
+/// Starts the listener of node `node` through `client` on `runtime`: it delivers to `sink` for as
+/// long as the sink lives, and takes its orders from `commands`.
+pub(crate) fn spawn<S: NoticeSink>(
+    runtime: &tokio::runtime::Handle,
+    node: usize,
+    client: redis::Client,
+    sink: Weak<S>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    sweep_every: Duration,
+) {
+    let listener = Listener {
+        node,
+        client,
+        sink,
+        commands,
+        sweep_every,
+    };
+    runtime.spawn(listener.run());
 }
 
 /// What the listener of one node is asked to do.
@@ -97,28 +67,29 @@ pub(crate) enum Command {
     Unsubscribe(String),
 }
 
-/// The pub/sub connection to one node, run as a task for as long as the hub lives.
-struct Listener {
+/// The pub/sub connection to one node, run as a task for as long as its sink lives.
+struct Listener<S> {
     node: usize,
     client: redis::Client,
-    hub: Weak<Hub>,
+    sink: Weak<S>,
     commands: mpsc::UnboundedReceiver<Command>,
+    sweep_every: Duration,
 }
 
 /// Why a listener stopped serving.
 enum Stop {
-    /// The client was dropped: the task ends.
-    HubGone,
+    /// The client was dropped (and its sink with it): the task ends.
+    SinkGone,
     /// The connection was lost or could not be made; `served` if it had been working.
     Lost { served: bool },
 }
 
-impl Listener {
+impl<S: NoticeSink> Listener<S> {
     async fn run(mut self) {
         let mut pause = RECONNECT_MIN;
         loop {
             match self.serve().await {
-                Stop::HubGone => return,
+                Stop::SinkGone => return,
                 Stop::Lost { served } => {
                     if served {
                         pause = RECONNECT_MIN;
@@ -126,14 +97,14 @@ impl Listener {
                     tracing::debug!(node = self.node, ?pause, "release listener reconnecting");
                     // Commands are dropped while the node is away (their confirmations read as
                     // "not confirmed"), so a long outage does not pile them up: the
-                    // subscriptions are made again from the hub's names after reconnecting.
+                    // subscriptions are made again from the sink's channels after reconnecting.
                     self.drain();
                     tokio::time::sleep(pause).await;
                     self.drain();
                     pause = (pause * 2).min(RECONNECT_MAX);
                 }
             }
-            if self.hub.strong_count() == 0 {
+            if self.sink.strong_count() == 0 {
                 return;
             }
         }
@@ -159,8 +130,8 @@ impl Listener {
         // Commands that came while connecting are covered by the snapshot of names taken after
         // them: a name to subscribe is in it, a name to unsubscribe is not.
         let confirmations = self.drain();
-        let Some(channels) = self.hub.upgrade().map(|hub| hub.channels()) else {
-            return Stop::HubGone;
+        let Some(channels) = self.sink.upgrade().map(|sink| sink.channels()) else {
+            return Stop::SinkGone;
         };
         if !channels.is_empty() && !bounded(sink.subscribe(&channels)).await {
             return Stop::Lost { served: false };
@@ -169,7 +140,7 @@ impl Listener {
             let _ = confirm.send(());
         }
         tracing::debug!(node = self.node, "release listener connected");
-        let mut sweep = tokio::time::interval(LINGER);
+        let mut sweep = tokio::time::interval(self.sweep_every);
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -179,27 +150,27 @@ impl Listener {
                     let Some(message) = message else {
                         return Stop::Lost { served: true };
                     };
-                    let Some(hub) = self.hub.upgrade() else {
-                        return Stop::HubGone;
+                    let Some(sink) = self.sink.upgrade() else {
+                        return Stop::SinkGone;
                     };
                     if let Some(name) = message.get_channel_name().strip_prefix(NOTICE_PREFIX) {
                         let release = message.get_payload_bytes();
-                        hub.notice(self.node, name, release, Instant::now());
+                        sink.notice(self.node, name, release, Instant::now());
                     }
                 }
                 command = self.commands.recv() => {
                     let Some(command) = command else {
-                        return Stop::HubGone;
+                        return Stop::SinkGone;
                     };
                     if !apply(&mut sink, command).await {
                         return Stop::Lost { served: true };
                     }
                 }
                 _ = sweep.tick() => {
-                    let Some(hub) = self.hub.upgrade() else {
-                        return Stop::HubGone;
+                    let Some(sink) = self.sink.upgrade() else {
+                        return Stop::SinkGone;
                     };
-                    hub.sweep_now();
+                    sink.sweep();
                 }
                 _ = ping.tick() => {
                     if !answers_ping(&mut sink).await {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use redis::{Cmd, Value};
 
-use crate::connection::NodeConnection;
 use crate::error::NodeErrorKind;
-use crate::node::Node;
+use crate::nodes::Node;
+use crate::nodes::connection::NodeConnection;
 use crate::nodes::script::Script;
 
 /// One node's reply, or why there is none.
@@ -73,6 +73,19 @@ pub(crate) async fn eval(
             send(connection, &build("EVAL", script.text())).await
         }
         other => other,
+    }
+}
+
+/// Whether `target` is in use on the node (see `Target::probe`): `None` if the node did not say
+/// so within `timeout`.
+pub(crate) async fn in_use(
+    mut connection: NodeConnection,
+    (cmd, from): (Cmd, i64),
+    timeout: Duration,
+) -> Option<bool> {
+    match tokio::time::timeout(timeout, connection.send(&cmd)).await {
+        Ok(Ok(Value::Int(count))) => Some(count >= from),
+        _ => None,
     }
 }
 
