@@ -5,13 +5,14 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use crate::engine::fanout;
+use crate::engine::quorum::{validity, whole_millis};
+use crate::engine::request::{Delivery, Op, Request};
+use crate::engine::settings::Plan;
+use crate::engine::tally::Tally;
 use crate::error::{Error, NodeErrorKind};
-use crate::fanout;
 use crate::lock::{Lock, deadline};
 use crate::mutex::Mutex;
-use crate::node::{Delivery, Op, Request};
-use crate::quorum::{Tally, validity, whole_millis};
-use crate::settings::Plan;
 use crate::waiting::{Resume, Waiting};
 
 /// The release of a failed attempt.

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
+use crate::engine::value::random_value;
 use crate::nodes::connection::NodeConnection;
 use crate::nodes::probe::{Answer, bounded, each_node, eval, send, unexpected};
 use crate::redlock::Redlock;
 use crate::scripts::{EXTEND, RELEASE, RELEASE_NOTIFY};
-use crate::value::random_value;
 
 mod judge;
 

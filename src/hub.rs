@@ -416,7 +416,7 @@ impl Subscribing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quorum::quorum;
+    use crate::engine::quorum::quorum;
 
     #[test]
     fn grants_carry_the_counter_and_the_place_s_ticket() {

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::engine::quorum::{permit_quorum, quorum};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::mutex::Mutex;
 use crate::nodes::probe::{Answer, each_node, eval, unexpected};
-use crate::quorum::{permit_quorum, quorum};
 use crate::rwlock::RwLock;
 use crate::scripts::{FORCE_RELEASE, INSPECT};
 use crate::semaphore::Semaphore;

@@ -2,9 +2,8 @@
 
 mod acquire;
 mod checks;
-mod delay;
+mod engine;
 mod error;
-mod fanout;
 mod fenced;
 mod hub;
 mod inspect;
@@ -12,16 +11,12 @@ mod keep_alive;
 mod line;
 mod lock;
 mod mutex;
-mod node;
 mod nodes;
-mod quorum;
 mod redlock;
 mod rwlock;
 mod scripts;
 mod semaphore;
-mod settings;
 mod target;
-mod value;
 mod waiting;
 
 pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
@@ -55,24 +50,25 @@ pub mod internals {
 
     /// See `quorum::quorum`.
     pub fn quorum(nodes: usize) -> usize {
-        crate::quorum::quorum(nodes)
+        crate::engine::quorum::quorum(nodes)
     }
 
     /// See `quorum::validity`.
     pub fn validity(expiry: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
-        crate::quorum::validity(expiry, elapsed, drift_factor)
+        crate::engine::quorum::validity(expiry, elapsed, drift_factor)
     }
 
     /// See `value::random_value`.
     pub fn random_value() -> std::sync::Arc<str> {
-        crate::value::random_value()
+        crate::engine::value::random_value()
     }
 
     /// Counts `ok` successes and `failed` timeouts out of `ok + failed` nodes and judges an acquire,
     /// as one attempt does after its replies are in.
     pub fn judge_acquire(ok: usize, failed: usize, validity: Option<Duration>) -> bool {
         let total = ok + failed;
-        let mut tally = crate::quorum::Tally::new(total, crate::quorum::quorum(total));
+        let mut tally =
+            crate::engine::tally::Tally::new(total, crate::engine::quorum::quorum(total));
         for node in 0..ok {
             tally.add(node, Ok(0));
         }

@@ -4,12 +4,12 @@ use std::fmt;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::engine::fanout::{self, Stragglers};
+use crate::engine::quorum::{validity, whole_millis};
+use crate::engine::request::{Delivery, Op, Request};
+use crate::engine::settings::{Plan, check_value};
 use crate::error::Error;
-use crate::fanout::{self, Stragglers};
 use crate::mutex::Mutex;
-use crate::node::{Delivery, Op, Request};
-use crate::quorum::{validity, whole_millis};
-use crate::settings::{Plan, check_value};
 
 /// A lock held on a quorum of nodes: of a [`Mutex`] (over one name or several), or one side of an
 /// [`RwLock`](crate::RwLock).

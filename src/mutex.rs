@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::acquire::acquire;
-use crate::delay::RetryDelay;
+use crate::engine::delay::RetryDelay;
+use crate::engine::settings::{Plan, Settings};
 use crate::error::Error;
 use crate::lock::Lock;
 use crate::redlock::Redlock;
-use crate::settings::{Plan, Settings};
 use crate::target::Target;
 
 /// A distributed mutex for one resource name ([`Redlock::new_mutex`]), or for several names taken

@@ -410,7 +410,7 @@ impl Redlock {
     /// # }
     /// ```
     pub fn quorum(&self) -> usize {
-        crate::quorum::quorum(self.nodes.len())
+        crate::engine::quorum::quorum(self.nodes.len())
     }
 
     pub(crate) fn nodes(&self) -> &Arc<[Node]> {

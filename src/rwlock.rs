@@ -4,12 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::delay::RetryDelay;
+use crate::engine::delay::RetryDelay;
+use crate::engine::settings::{Plan, Settings};
 use crate::error::Error;
 use crate::lock::Lock;
 use crate::mutex::Mutex;
 use crate::redlock::Redlock;
-use crate::settings::{Plan, Settings};
 use crate::target::Target;
 
 /// A distributed read-write lock for one resource name: any number of readers at once, or one
@@ -208,7 +208,7 @@ impl RwLock {
     where
         F: Fn(u32) -> Duration + Send + Sync + 'static,
     {
-        let delay: crate::delay::DelayFn = Arc::new(delay);
+        let delay: crate::engine::delay::DelayFn = Arc::new(delay);
         self.with_settings(|s| s.retry_delay = RetryDelay::Custom(Arc::clone(&delay)))
     }
 
@@ -359,7 +359,7 @@ impl RwLock {
     where
         F: Fn() -> String + Send + Sync + 'static,
     {
-        let value: crate::settings::ValueFn = Arc::new(value);
+        let value: crate::engine::settings::ValueFn = Arc::new(value);
         self.with_settings(|s| s.value_fn = Some(Arc::clone(&value)))
     }
 

@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use redis::{Cmd, Pipeline};
 
+use crate::engine::quorum::{permit_quorum, quorum, whole_millis};
+use crate::engine::request::{Delivery, Op};
+use crate::engine::tally::Tally;
 use crate::error::Error;
-use crate::node::{Delivery, Op};
 use crate::nodes::script::Script;
 use crate::nodes::version::Primitive;
-use crate::quorum::{Tally, permit_quorum, quorum, whole_millis};
 use crate::scripts::{
     ACQUIRE_FENCED, EXTEND, NAMES_ACQUIRE, NAMES_EXTEND, NAMES_RAISE, NAMES_RELEASE, RAISE,
     READ_ACQUIRE, READ_EXTEND, READ_RELEASE, RELEASE, RELEASE_NOTIFY, SEMAPHORE_ACQUIRE,

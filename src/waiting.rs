@@ -13,10 +13,10 @@ mod notices;
 
 use std::time::Instant;
 
+use crate::engine::request::Op;
+use crate::engine::settings::Plan;
+use crate::engine::tally::Tally;
 use crate::mutex::Mutex;
-use crate::node::Op;
-use crate::quorum::Tally;
-use crate::settings::Plan;
 
 use fair::FairWait;
 use notices::NoticeWait;

@@ -7,10 +7,10 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{CheckKind, CheckReport, CheckStatus, NodeCheck};
+use crate::engine::quorum::quorum;
 use crate::error::NodeErrorKind;
 use crate::nodes::probe::{Answer, unexpected};
 use crate::nodes::version::{Primitive, ServerVersion};
-use crate::quorum::quorum;
 
 /// What one node told us.
 #[derive(Debug)]

@@ -69,14 +69,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::delay::FOREVER;
+use crate::engine::delay::FOREVER;
+use crate::engine::quorum::validity;
+use crate::engine::request::Op;
+use crate::engine::settings::Plan;
+use crate::engine::tally::Tally;
 use crate::error::NodeErrorKind;
 use crate::hub::{Subscribing, Turn};
 use crate::mutex::Mutex;
-use crate::node::Op;
-use crate::quorum::{Tally, validity};
 use crate::scripts::fair::{TICKET_LIMIT, fingerprint};
-use crate::settings::Plan;
 
 use super::Resume;
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use crate::engine::quorum::quorum;
 use crate::hub::{Hub, LINGER, State};
 use crate::nodes::listener;
-use crate::quorum::quorum;
 
 /// The listeners of a client: started on first use, because most clients never need them.
 pub(crate) struct Listeners {

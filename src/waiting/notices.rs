@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::delay::FOREVER;
+use crate::engine::delay::FOREVER;
+use crate::engine::settings::Plan;
 use crate::hub::Place;
 use crate::mutex::Mutex;
 use crate::nodes::probe::in_use;
-use crate::settings::Plan;
 
 /// One `lock()` call's waiting by release notices.
 pub(crate) struct NoticeWait<'a> {

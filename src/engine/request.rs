@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use redis::{Cmd, Pipeline, Value};
 
+use crate::engine::tally::Tally;
 use crate::error::NodeErrorKind;
 use crate::nodes::connection::{NodeConnection, Packed};
 use crate::nodes::version::Primitive;
-use crate::quorum::Tally;
 use crate::target::Target;
 
 /// What a request does to the lock's keys.

@@ -10,12 +10,12 @@ use futures::future::{BoxFuture, join_all};
 use rand::seq::SliceRandom;
 use tokio::time::{sleep_until, timeout_at};
 
+use crate::engine::request::{Delivery, Request, call};
+use crate::engine::settings::Plan;
+use crate::engine::tally::Tally;
 use crate::error::NodeErrorKind;
-use crate::node::{Delivery, Request, call};
 use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
-use crate::quorum::Tally;
-use crate::settings::Plan;
 use crate::target::Target;
 
 /// One node's answer.

@@ -4,10 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::delay::RetryDelay;
+use crate::engine::delay::RetryDelay;
+use crate::engine::quorum::expiry_millis;
+use crate::engine::request::Op;
 use crate::error::Error;
-use crate::node::Op;
-use crate::quorum::expiry_millis;
 use crate::scripts::READERS_MARKER;
 use crate::target::Target;
 
@@ -186,7 +186,7 @@ impl Settings {
                 Ok(value.into())
             }
             // Never empty.
-            None => Ok(crate::value::random_value()),
+            None => Ok(crate::engine::value::random_value()),
         }
     }
 }
