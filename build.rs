@@ -26,7 +26,8 @@ fn main() {
         assemble(file, &mut Vec::new(), &mut text, &mut origin);
         let relative = file.strip_prefix(src).expect("found under src");
         let target = out.join(relative);
-        fs::create_dir_all(target.parent().expect("a file has a folder")).expect("OUT_DIR is writable");
+        fs::create_dir_all(target.parent().expect("a file has a folder"))
+            .expect("OUT_DIR is writable");
         let digest = sha1_smol::Sha1::from(&text).digest().to_string();
         write(&target, &text);
         write(&with_suffix(&target, ".sha1"), &digest);

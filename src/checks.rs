@@ -10,8 +10,8 @@ use redis::{Cmd, Value};
 use crate::engine::value::random_value;
 use crate::nodes::connection::NodeConnection;
 use crate::nodes::probe::{Answer, bounded, each_node, eval, send, unexpected};
+use crate::primitives::mutex::{EXTEND, RELEASE, RELEASE_NOTIFY};
 use crate::redlock::Redlock;
-use crate::scripts::{EXTEND, RELEASE, RELEASE_NOTIFY};
 
 mod judge;
 

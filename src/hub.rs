@@ -21,7 +21,7 @@ mod place;
 mod turn;
 
 use crate::nodes::listener::{Command, NOTICE_PREFIX, NoticeSink};
-use crate::scripts::fair::GRANT_MARK;
+use crate::waiting::fair::scripts::GRANT_MARK;
 pub(crate) use place::Place;
 pub(crate) use turn::Turn;
 

@@ -8,11 +8,19 @@ use redis::Value;
 
 use crate::engine::quorum::{permit_quorum, quorum};
 use crate::error::{Error, NodeError, NodeErrorKind};
-use crate::mutex::Mutex;
 use crate::nodes::probe::{Answer, each_node, eval, unexpected};
-use crate::rwlock::RwLock;
-use crate::scripts::{FORCE_RELEASE, INSPECT};
-use crate::semaphore::Semaphore;
+use crate::nodes::script::{Script, lua};
+use crate::primitives::mutex::Mutex;
+use crate::primitives::rwlock::{RwLock, mark_key, readers_key};
+use crate::primitives::semaphore::Semaphore;
+
+/// What holds a name, read in one atomic step (`ops/inspect/inspect.lua`).
+pub(crate) const INSPECT: Script = lua!("ops/inspect/inspect.lua");
+/// Deletes a name's keys, whatever they hold (`ops/inspect/force_release.lua`).
+pub(crate) const FORCE_RELEASE: Script = lua!("ops/inspect/force_release.lua");
+
+/// The operator's scripts, which every node loads.
+pub(crate) const SCRIPTS: &[Script] = &[INSPECT, FORCE_RELEASE];
 
 /// Who holds a name, as a quorum of nodes sees it: the answer of [`Mutex::inspect`],
 /// [`RwLock::inspect`] and [`Semaphore::inspect`], whatever holds the name.
@@ -628,18 +636,14 @@ impl fmt::Display for NodeAnswer {
 /// The keys an inspection or a forced release looks at for `name`: the name, its readers and its
 /// writer's mark.
 fn name_keys(name: &str) -> [String; 3] {
-    [
-        name.to_owned(),
-        format!("{name}:readers"),
-        format!("{name}:writer-waiting"),
-    ]
+    [name.to_owned(), readers_key(name), mark_key(name)]
 }
 
 /// Asks every node (at once, each bounded by the node timeout) what holds `mutex`'s one name,
 /// and judges the answers; `permits` is the count of the semaphore asked about, if one is.
 async fn inspect(mutex: &Mutex, permits: Option<u32>) -> Result<LockState, Error> {
     let plan = mutex.plan()?;
-    let nodes = mutex.redlock().nodes();
+    let nodes = mutex.resource().nodes();
     let keys = name_keys(mutex.name());
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     let keys = keys.as_slice();
@@ -672,7 +676,7 @@ async fn inspect(mutex: &Mutex, permits: Option<u32>) -> Result<LockState, Error
 /// and returns on how many nodes something was deleted.
 async fn force(mutex: &Mutex) -> Result<usize, Error> {
     let plan = mutex.plan()?;
-    let nodes = mutex.redlock().nodes();
+    let nodes = mutex.resource().nodes();
     let name = mutex.name();
     let notify = if plan.wake_on_release { "1" } else { "0" };
     let triples: Vec<String> = mutex.names().flat_map(name_keys).collect();

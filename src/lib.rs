@@ -1,35 +1,27 @@
 #![doc = include_str!("../README.md")]
 
-mod acquire;
 mod checks;
 mod engine;
 mod error;
-mod fenced;
 mod hub;
 mod inspect;
-mod keep_alive;
 mod line;
-mod lock;
-mod mutex;
 mod nodes;
+mod primitives;
 mod redlock;
-mod rwlock;
-mod scripts;
-mod semaphore;
-mod target;
 mod waiting;
 
 pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
 pub use error::{Error, NodeError, NodeErrorKind};
-pub use fenced::fenced_set;
 pub use inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
-pub use keep_alive::{KeepAlive, KeepAliveEnd};
-pub use lock::Lock;
-pub use mutex::Mutex;
 pub use nodes::connection::NodeConnection;
+pub use primitives::fenced::fenced_set;
+pub use primitives::keep_alive::{KeepAlive, KeepAliveEnd};
+pub use primitives::lock::Lock;
+pub use primitives::mutex::Mutex;
+pub use primitives::rwlock::RwLock;
+pub use primitives::semaphore::Semaphore;
 pub use redlock::Redlock;
-pub use rwlock::RwLock;
-pub use semaphore::Semaphore;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.
 #[doc(hidden)]
@@ -37,16 +29,22 @@ pub mod internals {
     use std::time::Duration;
 
     /// The compare-and-delete script, for the benchmark's raw floor to run the same Lua.
-    pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE.text();
+    pub const RELEASE_SCRIPT: &str = crate::primitives::mutex::RELEASE.text();
 
     /// A semaphore's acquire script (key: the name; arguments: the value, the expiry in
     /// milliseconds, the permits), for tests that count its replies against another quorum than
     /// the library's.
-    pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::scripts::SEMAPHORE_ACQUIRE.text();
+    pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::primitives::semaphore::ACQUIRE.text();
 
     /// How many scripts a client loads into each node when it starts, for tests that wait until
     /// it is done.
-    pub const SCRIPTS: usize = crate::scripts::ALL.len();
+    pub const SCRIPTS: usize = crate::redlock::SCRIPT_COUNT;
+
+    /// The text of every script a client loads into its nodes, as sent, for tests that read what
+    /// the scripts run (the scripts are `.lua` files under `src/`, assembled by `build.rs`).
+    pub fn script_texts() -> impl Iterator<Item = &'static str> {
+        crate::redlock::SCRIPTS.iter().map(|script| script.text())
+    }
 
     /// See `quorum::quorum`.
     pub fn quorum(nodes: usize) -> usize {

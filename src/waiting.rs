@@ -7,18 +7,20 @@
 //! without). What it does in between is its own business: sleep the retry delay, listen for
 //! release notices, or keep a place in the fair line across clients.
 
-mod fair;
+pub(crate) mod acquire;
+pub(crate) mod fair;
 pub(crate) mod listeners;
 mod notices;
 
 use std::time::Instant;
 
 use crate::engine::request::Op;
+use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
-use crate::mutex::Mutex;
 
 use fair::FairWait;
+use listeners::Listeners;
 use notices::NoticeWait;
 
 /// The way one `lock()` call waits, chosen from the mutex's settings.
@@ -41,13 +43,19 @@ pub(crate) enum Resume {
 }
 
 impl<'a> Waiting<'a> {
-    /// The way `mutex` waits, for a call that makes up to `tries` attempts.
-    pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan, tries: u32) -> Waiting<'a> {
+    /// The way a call on `resource` waits, for a call that makes up to `tries` attempts;
+    /// `listeners` are its client's.
+    pub(crate) fn new(
+        resource: &'a Resource,
+        listeners: &'a Listeners,
+        plan: &'a Plan,
+        tries: u32,
+    ) -> Waiting<'a> {
         if plan.fair {
-            Waiting::Fair(Box::new(FairWait::new(mutex, plan, tries)))
+            Waiting::Fair(Box::new(FairWait::new(resource, listeners, plan, tries)))
         } else if plan.wake_on_release && tries > 1 {
             // One attempt has nothing to wait for.
-            Waiting::Notices(NoticeWait::new(mutex, plan))
+            Waiting::Notices(NoticeWait::new(resource, listeners, plan))
         } else {
             Waiting::Sleep { plan }
         }

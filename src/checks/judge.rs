@@ -10,7 +10,8 @@ use super::{CheckKind, CheckReport, CheckStatus, NodeCheck};
 use crate::engine::quorum::quorum;
 use crate::error::NodeErrorKind;
 use crate::nodes::probe::{Answer, unexpected};
-use crate::nodes::version::{Primitive, ServerVersion};
+use crate::nodes::version::{Needs, ServerVersion};
+use crate::primitives::{self, mutex};
 
 /// What one node told us.
 #[derive(Debug)]
@@ -363,9 +364,9 @@ fn version(version: &Answer<ServerVersion>) -> Verdict {
             "not checked: {version}; a primitive the node is too old for fails in its scripts"
         ));
     }
-    let refused: Vec<Primitive> = Primitive::ALL
+    let refused: Vec<&Needs> = primitives::NEEDS
         .into_iter()
-        .filter(|primitive| version.allows(*primitive).is_err())
+        .filter(|needs| version.allows(needs).is_err())
         .collect();
     if refused.is_empty() {
         return pass(format!("{version}: runs every primitive"));
@@ -373,10 +374,10 @@ fn version(version: &Answer<ServerVersion>) -> Verdict {
     // "fair mutexes need 5.0 or later, read-write locks and semaphores need 7.0 or later"
     let mut needs: Vec<(&str, Vec<&str>)> = Vec::new();
     for primitive in &refused {
-        let minimum = primitive.minimum().1;
+        let minimum = primitive.text;
         match needs.iter_mut().find(|(version, _)| *version == minimum) {
-            Some((_, names)) => names.push(primitive.plural()),
-            None => needs.push((minimum, vec![primitive.plural()])),
+            Some((_, names)) => names.push(primitive.what),
+            None => needs.push((minimum, vec![primitive.what])),
         }
     }
     let needs: Vec<String> = needs
@@ -384,7 +385,7 @@ fn version(version: &Answer<ServerVersion>) -> Verdict {
         .map(|(minimum, names)| format!("{} need {minimum} or later", names.join(" and ")))
         .collect();
     let reason = format!("{version}: {}; refused on this node", needs.join(", "));
-    if refused.contains(&Primitive::Mutex) {
+    if refused.contains(&&mutex::NEEDS) {
         fail(reason)
     } else {
         warn(reason)

@@ -13,10 +13,10 @@ use tokio::time::{sleep_until, timeout_at};
 use crate::engine::request::{Delivery, Request, call};
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
+use crate::engine::target::Target;
 use crate::error::NodeErrorKind;
 use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
-use crate::target::Target;
 
 /// One node's answer.
 type Reply = Result<u64, NodeErrorKind>;
@@ -331,7 +331,7 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Releases `value` on every node.
 pub(crate) fn release(
     nodes: Arc<[Node]>,
-    target: Arc<Target>,
+    target: Arc<dyn Target>,
     value: Arc<str>,
     plan: &Plan,
     delivery: Delivery,
@@ -349,7 +349,7 @@ pub(crate) fn release(
 /// `Tally::release_decided`). The calls still in flight finish in the background.
 pub(crate) async fn release_until_decided(
     nodes: &Arc<[Node]>,
-    target: &Arc<Target>,
+    target: &Arc<dyn Target>,
     value: &Arc<str>,
     plan: &Plan,
 ) -> (Tally, Option<Stragglers>) {
@@ -367,7 +367,12 @@ pub(crate) async fn release_until_decided(
 
 /// Best-effort release in a background task: for handles dropped without `unlock()` and for
 /// cancelled acquisitions. Without a tokio runtime nothing is sent and the keys expire on their own.
-pub(crate) fn spawn_release(nodes: Arc<[Node]>, target: Arc<Target>, value: Arc<str>, plan: &Plan) {
+pub(crate) fn spawn_release(
+    nodes: Arc<[Node]>,
+    target: Arc<dyn Target>,
+    value: Arc<str>,
+    plan: &Plan,
+) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(release(nodes, target, value, plan, Delivery::Inline));
     }

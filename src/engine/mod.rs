@@ -9,10 +9,14 @@
 //!
 //! Uses `nodes` and `error`.
 
+pub(crate) mod attempt;
 pub(crate) mod delay;
 pub(crate) mod fanout;
+pub(crate) mod held;
 pub(crate) mod quorum;
 pub(crate) mod request;
+pub(crate) mod resource;
 pub(crate) mod settings;
 pub(crate) mod tally;
+pub(crate) mod target;
 pub(crate) mod value;

@@ -4,7 +4,7 @@
 //! Pure: no clock, no I/O. Callers measure time and pass durations in, so every rule here is tested
 //! with exact numbers.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The number of nodes that must agree: a strict majority, `n / 2 + 1`.
 pub(crate) fn quorum(nodes: usize) -> usize {
@@ -48,6 +48,11 @@ pub(crate) fn expiry_millis(expiry: Duration) -> u64 {
 /// Whole milliseconds of `duration`, rounded down, saturating.
 pub(crate) fn whole_millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `start + left`, which cannot overflow for the expiries settings accept.
+pub(crate) fn deadline(start: Instant, left: Duration) -> Instant {
+    start.checked_add(left).unwrap_or(start)
 }
 
 #[cfg(test)]

@@ -8,10 +8,10 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::tally::Tally;
+use crate::engine::target::Target;
 use crate::error::NodeErrorKind;
 use crate::nodes::connection::{NodeConnection, Packed};
-use crate::nodes::version::Primitive;
-use crate::target::Target;
+use crate::nodes::version::Needs;
 
 /// What a request does to the lock's keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,23 +56,23 @@ enum Message {
 /// One command (or pipeline), built once and sent to every node.
 pub(crate) struct Request {
     op: Op,
-    /// What the node must be able to run (see `version`).
-    primitive: Primitive,
+    /// What the node must be able to run (see `nodes::version`).
+    needs: &'static Needs,
     delivery: Delivery,
     message: Message,
-    target: Arc<Target>,
+    target: Arc<dyn Target>,
     value: Arc<str>,
     millis: u64,
 }
 
 impl Request {
-    pub(crate) fn new(op: Op, target: &Arc<Target>, value: &Arc<str>, millis: u64) -> Self {
+    pub(crate) fn new(op: Op, target: &Arc<dyn Target>, value: &Arc<str>, millis: u64) -> Self {
         Request::with_delivery(op, target, value, millis, Delivery::ByDigest)
     }
 
     pub(crate) fn with_delivery(
         op: Op,
-        target: &Arc<Target>,
+        target: &Arc<dyn Target>,
         value: &Arc<str>,
         millis: u64,
         delivery: Delivery,
@@ -83,7 +83,7 @@ impl Request {
         };
         Request {
             op,
-            primitive: target.primitive(op),
+            needs: target.needs(op),
             delivery,
             message,
             target: Arc::clone(target),
@@ -134,9 +134,9 @@ impl Request {
         else {
             return;
         };
-        let (bound, primitive) = (Duration::from_millis(self.millis), self.primitive);
+        let (bound, needs) = (Duration::from_millis(self.millis), self.needs);
         runtime.spawn(async move {
-            let sent = connection.send_for(primitive, Packed::One(&eval));
+            let sent = connection.send_for(needs, Packed::One(&eval));
             let _ = tokio::time::timeout(bound, sent).await;
         });
     }
@@ -228,12 +228,12 @@ pub(crate) async fn call(
         Message::One(cmd) => Packed::One(cmd),
         Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
     };
-    let reply = match connection.send_for(request.primitive, packed).await? {
+    let reply = match connection.send_for(request.needs, packed).await? {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
         Value::ServerError(error) if error.code() == "NOSCRIPT" => match request.eval_cmd() {
             Some(eval) => {
                 connection
-                    .send_for(request.primitive, Packed::One(&eval))
+                    .send_for(request.needs, Packed::One(&eval))
                     .await?
             }
             None => Value::ServerError(error),
@@ -247,8 +247,10 @@ pub(crate) async fn call(
 mod tests {
     use super::*;
 
+    use crate::engine::target::tests::OneName;
+
     fn request(op: Op) -> Request {
-        let target = Arc::new(Target::name("name".into()));
+        let target: Arc<dyn Target> = Arc::new(OneName::new("name"));
         Request::new(op, &target, &Arc::from("value"), 8000)
     }
 

@@ -7,9 +7,9 @@ use std::time::Duration;
 use crate::engine::delay::RetryDelay;
 use crate::engine::quorum::expiry_millis;
 use crate::engine::request::Op;
+use crate::engine::target::Target;
+use crate::engine::value::check_value;
 use crate::error::Error;
-use crate::scripts::READERS_MARKER;
-use crate::target::Target;
 
 /// Default time a lock is held before the nodes drop it: 8 s.
 pub(crate) const DEFAULT_EXPIRY: Duration = Duration::from_secs(8);
@@ -121,7 +121,7 @@ impl Plan {
 
 impl Settings {
     /// Checks every rule, so that nothing invalid ever reaches a node.
-    pub(crate) fn plan(&self, target: &Target) -> Result<Plan, Error> {
+    pub(crate) fn plan(&self, target: &dyn Target) -> Result<Plan, Error> {
         target.check()?;
         if self.fencing {
             target.check_fencing()?;
@@ -191,32 +191,14 @@ impl Settings {
     }
 }
 
-/// A lock value must be non-empty (an empty value would match any empty-string key), free of NUL
-/// characters (a release notice whose payload starts with one is a fair hand-off, see
-/// `scripts::fair::GRANT_MARK`), and not the readers' marker (a holder with that value would take
-/// the readers' key for its own).
-pub(crate) fn check_value(value: &str) -> Result<(), Error> {
-    if value.is_empty() {
-        return Err(Error::config("value", "must not be empty"));
-    }
-    if value.contains('\0') {
-        return Err(Error::config("value", "must not contain NUL characters"));
-    }
-    if value == READERS_MARKER {
-        return Err(Error::config(
-            "value",
-            format!("`{READERS_MARKER}` is reserved for the readers of a read-write lock"),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::target::tests::OneName;
+    use crate::engine::value::READERS_MARKER;
 
-    fn target(name: &str) -> Target {
-        Target::name(name.into())
+    fn target(name: &str) -> OneName {
+        OneName::new(name)
     }
 
     fn field(result: Result<Plan, Error>) -> String {
@@ -272,29 +254,6 @@ mod tests {
     }
 
     #[test]
-    fn fencing_and_fair_lines_are_refused_where_there_are_none() {
-        let fenced = Settings {
-            fencing: true,
-            ..Settings::default()
-        };
-        assert!(fenced.plan(&target("n")).is_ok());
-        assert_eq!(
-            field(fenced.plan(&Target::permits("n".into(), 2))),
-            "fencing"
-        );
-        let fair = Settings {
-            fair: true,
-            ..Settings::default()
-        };
-        assert!(fair.plan(&target("n")).is_ok());
-        assert_eq!(field(fair.plan(&Target::permits("n".into(), 2))), "fair");
-        assert_eq!(
-            field(Settings::default().plan(&Target::permits("n".into(), 0))),
-            "permits"
-        );
-    }
-
-    #[test]
     fn boundary_values_are_accepted() {
         let s = Settings {
             expiry: Duration::from_millis(1),
@@ -323,16 +282,5 @@ mod tests {
             ..Settings::default()
         };
         assert!(matches!(s.new_value(), Err(Error::Config { field, .. }) if field == "value"));
-    }
-
-    #[test]
-    fn readers_get_no_fencing() {
-        let s = Settings {
-            fencing: true,
-            ..Settings::default()
-        };
-        assert_eq!(field(s.plan(&Target::read("n".into()))), "fencing");
-        assert!(s.plan(&Target::write("n".into(), Duration::ZERO)).is_ok());
-        assert!(s.plan(&Target::multi(["a".into(), "b".into()])).is_ok());
     }
 }

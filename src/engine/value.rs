@@ -1,10 +1,13 @@
-//! Lock values: the proof that a key on a node belongs to one acquisition.
+//! Lock values: the proof that a key on a node belongs to one acquisition, and what a value may
+//! be.
 
 use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::Rng;
+
+use crate::error::Error;
 
 /// Bytes of randomness per value. 128 bits make a collision between two acquisitions negligible.
 const VALUE_BYTES: usize = 16;
@@ -30,6 +33,32 @@ pub(crate) fn random_value() -> Arc<str> {
         // Not reached (the buffer fits the encoding, which is ASCII); correct all the same.
         None => URL_SAFE_NO_PAD.encode(bytes).into(),
     }
+}
+
+/// What the name's key holds while readers hold a read-write lock: a value no lock ever has
+/// ([`check_value`] refuses it), so `SET NX` of a writer or a plain mutex fails, and no
+/// compare-and-act script ever takes it for its own. The read-write lock's scripts spell it out
+/// too; a unit test there keeps them equal.
+pub(crate) const READERS_MARKER: &str = "redmutex:readers";
+
+/// A lock value must be non-empty (an empty value would match any empty-string key), free of NUL
+/// characters (a release notice whose payload starts with one is a fair hand-off, see
+/// `waiting::fair`'s grant mark), and not the readers' marker (a holder with that value would take
+/// the readers' key for its own).
+pub(crate) fn check_value(value: &str) -> Result<(), Error> {
+    if value.is_empty() {
+        return Err(Error::config("value", "must not be empty"));
+    }
+    if value.contains('\0') {
+        return Err(Error::config("value", "must not contain NUL characters"));
+    }
+    if value == READERS_MARKER {
+        return Err(Error::config(
+            "value",
+            format!("`{READERS_MARKER}` is reserved for the readers of a read-write lock"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use redis::{Cmd, RedisResult, Value};
 pub(crate) use super::reconnect::Packed;
 use super::reconnect::Reconnecting;
 use super::script::Script;
-use super::version::{Primitive, ServerVersion, info_server, script_version};
+use super::version::{Needs, ServerVersion, info_server, script_version};
 use crate::error::NodeErrorKind;
 
 /// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
@@ -145,23 +145,23 @@ impl NodeConnection {
     }
 
     /// Sends one command or a pipeline (in one write; its replies come as one array, in order)
-    /// of `primitive`, unless the node runs a version too old for it (see `version`): then
-    /// nothing is sent, and the answer is [`NodeErrorKind::TooOld`]. Errors the node replied
+    /// of a primitive that `needs` a version, unless the node runs one too old (see `version`):
+    /// then nothing is sent, and the answer is [`NodeErrorKind::TooOld`]. Errors the node replied
     /// with come back as [`Value::ServerError`]. Not an `async fn`, for the reason given at
     /// [`send`](Self::send).
     pub(crate) fn send_for<'a>(
         &'a mut self,
-        primitive: Primitive,
+        needs: &'static Needs,
         packed: Packed<'a>,
     ) -> impl Future<Output = Result<Value, NodeErrorKind>> + Send + 'a {
         let scripts = self.scripts;
         let sent = match &mut self.connection {
-            Connection::Own(c) => Either::Left(c.send_for(primitive, packed)),
+            Connection::Own(c) => Either::Left(c.send_for(needs, packed)),
             Connection::Manager(c, learned) => {
-                Either::Right(Either::Left(send_learning(c, learned, primitive, packed)))
+                Either::Right(Either::Left(send_learning(c, learned, needs, packed)))
             }
             Connection::Multiplexed(c, learned) => {
-                Either::Right(Either::Right(send_learning(c, learned, primitive, packed)))
+                Either::Right(Either::Right(send_learning(c, learned, needs, packed)))
             }
         };
         sent.map(move |reply| reply.map(|reply| name_script_command(reply, scripts)))
@@ -198,15 +198,15 @@ impl NodeConnection {
     }
 }
 
-/// Sends `packed` on a connection the caller built, once the node's version is known and allows
-/// `primitive`.
+/// Sends `packed` on a connection the caller built, once the node's version is known and is what
+/// the primitive `needs`.
 async fn send_learning<C: ConnectionLike + Send>(
     connection: &mut C,
     learned: &OnceLock<ServerVersion>,
-    primitive: Primitive,
+    needs: &Needs,
     packed: Packed<'_>,
 ) -> Result<Value, NodeErrorKind> {
-    learn(connection, learned).await?.allows(primitive)?;
+    learn(connection, learned).await?.allows(needs)?;
     match packed {
         Packed::One(cmd) => connection.req_packed_command(cmd).await,
         Packed::Pipeline(pipeline) => connection
@@ -275,7 +275,11 @@ fn refused_script_line(detail: &str, scripts: &[Script]) -> Option<(usize, &'sta
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scripts::{ALL, RELEASE};
+    use crate::nodes::script::lua;
+
+    /// A script to name in errors.
+    const RELEASE: Script = lua!("primitives/mutex/release.lua");
+    const ALL: &[Script] = &[RELEASE];
 
     #[test]
     fn a_refused_command_in_a_script_is_named() {

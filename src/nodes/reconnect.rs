@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 
 use super::health::{Health, nanos_now, probe};
 use super::script::Script;
-use super::version::{Primitive, ServerVersion, info_server, script_version};
+use super::version::{Needs, ServerVersion, info_server, script_version};
 use crate::error::NodeErrorKind;
 
 /// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
@@ -124,17 +124,17 @@ impl Reconnecting {
             .await
     }
 
-    /// Sends one command or a pipeline (whose replies come as an array) of `primitive`, as
-    /// [`send`](Self::send) does, unless the connection's node runs a version too old for it:
-    /// then nothing is sent (see `version`).
+    /// Sends one command or a pipeline (whose replies come as an array) of a primitive that
+    /// `needs` a version, as [`send`](Self::send) does, unless the connection's node runs one too
+    /// old: then nothing is sent (see `version`).
     pub(crate) async fn send_for(
         self: &Arc<Self>,
-        primitive: Primitive,
+        needs: &'static Needs,
         packed: Packed<'_>,
     ) -> Result<Value, NodeErrorKind> {
         self.sending(
             packed,
-            |version| version.allows(primitive),
+            |version| version.allows(needs),
             NodeErrorKind::Redis,
         )
         .await

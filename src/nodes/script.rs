@@ -49,6 +49,33 @@ impl Script {
     }
 }
 
+/// How many scripts `lists` hold in all.
+pub(crate) const fn count(lists: &[&[Script]]) -> usize {
+    let (mut total, mut list) = (0, 0);
+    while list < lists.len() {
+        total += lists[list].len();
+        list += 1;
+    }
+    total
+}
+
+/// The scripts of `lists` in one array, at compile time; `N` is [`count`] of them (checked).
+pub(crate) const fn concat<const N: usize>(lists: &[&[Script]]) -> [Script; N] {
+    let mut all = [Script::new("", "", ""); N];
+    let (mut list, mut next) = (0, 0);
+    while list < lists.len() {
+        let mut index = 0;
+        while index < lists[list].len() {
+            all[next] = lists[list][index];
+            next += 1;
+            index += 1;
+        }
+        list += 1;
+    }
+    assert!(next == N, "N is the number of scripts");
+    all
+}
+
 /// The script assembled from `src/<path>`, a `.lua` file: `lua!("primitives/mutex/release.lua")`.
 macro_rules! lua {
     ($path:literal) => {
@@ -87,6 +114,28 @@ fn origin<'a>(error: &str, origins: &'a str) -> Option<&'a str> {
         .unwrap_or(after.len());
     let line: usize = after[..digits].parse().ok()?;
     origins.lines().nth(line.checked_sub(1)?)
+}
+
+/// Loads `script` into the node; the error, located in its `.lua` file, if the node refuses it.
+#[cfg(test)]
+pub(crate) async fn load(
+    connection: &mut redis::aio::MultiplexedConnection,
+    script: &Script,
+) -> Result<(), String> {
+    let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(script.text())
+        .query_async(connection)
+        .await;
+    match loaded {
+        Ok(digest) if digest == script.digest() => Ok(()),
+        Ok(digest) => Err(format!(
+            "{}: the node digests it as {digest}, not {}",
+            script.path(),
+            script.digest()
+        )),
+        Err(error) => Err(script.locate(&error.to_string())),
+    }
 }
 
 #[cfg(test)]
@@ -130,27 +179,5 @@ mod tests {
         assert_eq!(first_code_line, 1);
         let expected = format!("src/primitives/mutex/release.lua:{}: ", header + 2);
         assert!(error.starts_with(&expected), "{error}");
-    }
-}
-
-/// Loads `script` into the node; the error, located in its `.lua` file, if the node refuses it.
-#[cfg(test)]
-pub(crate) async fn load(
-    connection: &mut redis::aio::MultiplexedConnection,
-    script: &Script,
-) -> Result<(), String> {
-    let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(script.text())
-        .query_async(connection)
-        .await;
-    match loaded {
-        Ok(digest) if digest == script.digest() => Ok(()),
-        Ok(digest) => Err(format!(
-            "{}: the node digests it as {digest}, not {}",
-            script.path(),
-            script.digest()
-        )),
-        Err(error) => Err(script.locate(&error.to_string())),
     }
 }

@@ -1,4 +1,4 @@
-//! Which Redis version each primitive needs, and which version a node runs.
+//! Which Redis version a node runs, and the gate that refuses what it is too old for.
 //!
 //! Each connection learns its node's version when it is made (see `reconnect::open`; for
 //! connections the caller built, on first use), and a node too old for a primitive gets none of its
@@ -50,71 +50,25 @@ impl fmt::Display for Version {
     }
 }
 
-/// The primitives, as far as their needs of a node differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Primitive {
-    /// A mutex over one name, fenced or not, with or without wake-up on release.
-    Mutex,
-    /// A mutex over several names.
-    MultiMutex,
-    /// A fair mutex's rounds, first tries and hand-offs (its extend is the mutex's).
-    FairMutex,
-    /// Both sides of a read-write lock.
-    RwLock,
-    Semaphore,
+/// What a primitive, or one part of one, needs of a node: the oldest Redis version that runs
+/// every command and script it sends. Each primitive declares its own (`primitives` has the table
+/// of what each uses and since when).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Needs {
+    /// Its name in messages, plural: "read-write locks need ...".
+    pub(crate) what: &'static str,
+    /// The oldest version that runs it.
+    pub(crate) version: Version,
+    /// That version as messages write it, e.g. `"7.0"`.
+    pub(crate) text: &'static str,
 }
 
-/// What each primitive needs: the newest feature it uses sets its minimum.
-///
-/// | feature | since | used by |
-/// |---|---|---|
-/// | `EVAL`, `EVALSHA`, `redis.sha1hex`, `PUBLISH` in scripts | 2.6.0 | every primitive |
-/// | `SET ... NX PX` | 2.6.12 | every primitive |
-/// | `ZADD ... XX` | 3.0.2 | readers, semaphores |
-/// | `EXISTS` of several keys, answering how many exist | 3.0.3 | multi-name locks |
-/// | writes after `TIME` in a script (scripts replicated by their effects by default) | 5.0 | the fair line, read-write locks, semaphores |
-/// | `SET ... PXAT` | 6.2 | readers |
-/// | `PEXPIREAT ... GT` | 7.0 | readers, semaphores |
-///
-/// Read-write locks are refused as a whole on an older node, writers too, so that one rule says
-/// where a name's readers and writers may be counted.
-const MINIMUMS: [(Primitive, Version, &str); 5] = [
-    (Primitive::Mutex, Version::new(2, 6, 12), "2.6.12"),
-    (Primitive::MultiMutex, Version::new(3, 0, 3), "3.0.3"),
-    (Primitive::FairMutex, Version::new(5, 0, 0), "5.0"),
-    (Primitive::RwLock, Version::new(7, 0, 0), "7.0"),
-    (Primitive::Semaphore, Version::new(7, 0, 0), "7.0"),
-];
-
-impl Primitive {
-    /// Every primitive, in the order of [`MINIMUMS`].
-    pub(crate) const ALL: [Primitive; 5] = [
-        Primitive::Mutex,
-        Primitive::MultiMutex,
-        Primitive::FairMutex,
-        Primitive::RwLock,
-        Primitive::Semaphore,
-    ];
-
-    /// The oldest Redis version that runs every command and script of the primitive, and how
-    /// messages write it.
-    pub(crate) fn minimum(self) -> (Version, &'static str) {
-        MINIMUMS
-            .iter()
-            .find(|(primitive, ..)| *primitive == self)
-            .map_or((Version::new(0, 0, 0), "0"), |&(_, version, text)| {
-                (version, text)
-            })
-    }
-
-    /// Its name in messages, plural: "read-write locks need ...".
-    pub(crate) fn plural(self) -> &'static str {
-        match self {
-            Primitive::Mutex => "mutexes",
-            Primitive::MultiMutex => "multi-name locks",
-            Primitive::FairMutex => "fair mutexes",
-            Primitive::RwLock => "read-write locks",
-            Primitive::Semaphore => "semaphores",
+impl Needs {
+    pub(crate) const fn new(what: &'static str, version: Version, text: &'static str) -> Needs {
+        Needs {
+            what,
+            version,
+            text,
         }
     }
 }
@@ -139,11 +93,11 @@ pub(crate) enum ServerVersion {
 const SCRIPTS_KNOW_VERSION: Version = Version::new(7, 0, 0);
 
 impl ServerVersion {
-    /// Refuses `primitive` where the node surely runs an older version than it needs. A node of
-    /// unknown version runs everything, as before versions were checked: the scripts' own errors
-    /// then say what is missing.
-    pub(crate) fn allows(self, primitive: Primitive) -> Result<(), NodeErrorKind> {
-        let (needed, needs) = primitive.minimum();
+    /// Refuses what `needs` a newer version than the node surely runs. A node of unknown version
+    /// runs everything, as before versions were checked: the scripts' own errors then say what is
+    /// missing.
+    pub(crate) fn allows(self, needs: &Needs) -> Result<(), NodeErrorKind> {
+        let needed = needs.version;
         let too_old = match self {
             ServerVersion::Redis(version) | ServerVersion::Valkey { redis: version, .. } => {
                 version < needed
@@ -153,8 +107,8 @@ impl ServerVersion {
         };
         if too_old {
             Err(NodeErrorKind::TooOld {
-                what: primitive.plural(),
-                needs,
+                what: needs.what,
+                needs: needs.text,
                 runs: self.to_string(),
             })
         } else {
@@ -277,77 +231,6 @@ mod tests {
         assert!(v("6.2.14") < v("7.0.0"));
         assert!(v("6.10.0") > v("6.9.9"));
         assert_eq!(v("6.2.14").to_string(), "6.2.14");
-    }
-
-    #[test]
-    fn the_table_of_minimums() {
-        let table: Vec<(&str, &str)> = Primitive::ALL
-            .iter()
-            .map(|p| (p.plural(), p.minimum().1))
-            .collect();
-        assert_eq!(
-            table,
-            [
-                ("mutexes", "2.6.12"),
-                ("multi-name locks", "3.0.3"),
-                ("fair mutexes", "5.0"),
-                ("read-write locks", "7.0"),
-                ("semaphores", "7.0"),
-            ]
-        );
-        for primitive in Primitive::ALL {
-            let (version, text) = primitive.minimum();
-            assert_eq!(Version::parse(text), Some(version), "{primitive:?}");
-        }
-    }
-
-    /// Which primitives a node of each kind runs, in the order of `Primitive::ALL`.
-    fn runs(node: ServerVersion) -> Vec<bool> {
-        Primitive::ALL
-            .iter()
-            .map(|p| node.allows(*p).is_ok())
-            .collect()
-    }
-
-    #[test]
-    fn each_version_runs_what_it_can() {
-        let redis = |text| ServerVersion::Redis(v(text));
-        assert_eq!(runs(redis("7.0.0")), [true; 5]);
-        assert_eq!(runs(redis("6.2.14")), [true, true, true, false, false]);
-        assert_eq!(runs(redis("6.0.9")), [true, true, true, false, false]);
-        assert_eq!(runs(redis("4.0.14")), [true, true, false, false, false]);
-        assert_eq!(runs(redis("3.0.2")), [true, false, false, false, false]);
-        assert_eq!(runs(redis("2.6.11")), [false; 5]);
-        // Valkey is judged by the Redis version it serves.
-        let valkey = ServerVersion::Valkey {
-            valkey: v("9.1.2"),
-            redis: v("7.2.4"),
-        };
-        assert_eq!(runs(valkey), [true; 5]);
-        // Only what surely cannot run is refused.
-        let before = ServerVersion::Before(v("7.0"));
-        assert_eq!(runs(before), [true, true, true, false, false]);
-        assert_eq!(runs(ServerVersion::Unknown), [true; 5]);
-    }
-
-    #[test]
-    fn a_refusal_names_what_is_needed_and_what_runs() {
-        let error = ServerVersion::Redis(v("6.2.14"))
-            .allows(Primitive::RwLock)
-            .unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "read-write locks need Redis 7.0 or later; this node runs Redis 6.2.14"
-        );
-        assert!(error.is_refusal());
-        let error = ServerVersion::Before(v("7.0"))
-            .allows(Primitive::Semaphore)
-            .unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "semaphores need Redis 7.0 or later; this node runs Redis older than 7.0 \
-             (INFO refused; scripts see no version)"
-        );
     }
 
     fn bulk(text: &str) -> Value {

@@ -72,14 +72,17 @@ use std::time::{Duration, Instant};
 use crate::engine::delay::FOREVER;
 use crate::engine::quorum::validity;
 use crate::engine::request::Op;
+use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
 use crate::error::NodeErrorKind;
 use crate::hub::{Subscribing, Turn};
-use crate::mutex::Mutex;
-use crate::scripts::fair::{TICKET_LIMIT, fingerprint};
+use crate::waiting::fair::scripts::{TICKET_LIMIT, fingerprint};
+use crate::waiting::listeners::Listeners;
 
 use super::Resume;
+
+pub(crate) mod scripts;
 
 /// What one waiter knows of its standing on each node, and since when. Pure: times are passed in.
 #[derive(Debug, Clone)]
@@ -295,7 +298,8 @@ fn replies(tally: &Tally) -> Vec<Reply> {
 
 /// One `lock()` call's fair waiting.
 pub(crate) struct FairWait<'a> {
-    mutex: &'a Mutex,
+    resource: &'a Resource,
+    listeners: &'a Listeners,
     plan: &'a Plan,
     standing: Standing,
     /// What to do after the last round.
@@ -331,13 +335,19 @@ pub(crate) struct FairWait<'a> {
 const RENEWALS_PER_EXPIRY: u32 = 3;
 
 impl<'a> FairWait<'a> {
-    pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan, tries: u32) -> FairWait<'a> {
-        let nodes = mutex.redlock().len();
+    pub(crate) fn new(
+        resource: &'a Resource,
+        listeners: &'a Listeners,
+        plan: &'a Plan,
+        tries: u32,
+    ) -> FairWait<'a> {
+        let nodes = resource.nodes().len();
         let now = Instant::now();
         FairWait {
-            mutex,
+            resource,
+            listeners,
             plan,
-            standing: Standing::new(nodes, mutex.target().quorum(nodes)),
+            standing: Standing::new(nodes, resource.target().quorum(nodes)),
             next: Next::Wait,
             turn: None,
             subscribing: None,
@@ -347,10 +357,9 @@ impl<'a> FairWait<'a> {
             tries,
             last_round: now,
             partial_since: None,
-            enter: mutex
-                .redlock()
+            enter: listeners
                 .running_hub()
-                .is_none_or(|hub| !hub.knows(mutex.name_arc())),
+                .is_none_or(|hub| !hub.knows(resource.name())),
             entered: false,
         }
     }
@@ -387,8 +396,8 @@ impl<'a> FairWait<'a> {
 
     /// The highest ticket this client heard of for the name, counting `seen`.
     fn heard(&self, seen: u64) -> u64 {
-        match self.mutex.redlock().running_hub() {
-            Some(hub) => hub.latest_ticket(self.mutex.name_arc(), seen),
+        match self.listeners.running_hub() {
+            Some(hub) => hub.latest_ticket(self.resource.name(), seen),
             None => seen,
         }
     }
@@ -514,10 +523,10 @@ impl<'a> FairWait<'a> {
 
     /// Takes a slot in the client's hub for the name, and subscribes to its notices.
     fn join(&mut self) {
-        let Some(hub) = self.mutex.redlock().hub() else {
+        let Some(hub) = self.listeners.hub() else {
             return;
         };
-        let (turn, subscribing) = hub.take_turn(self.mutex.name_arc(), &self.fingerprint);
+        let (turn, subscribing) = hub.take_turn(self.resource.name(), &self.fingerprint);
         self.turn = Some(turn);
         self.subscribing = subscribing;
     }

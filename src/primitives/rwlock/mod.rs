@@ -7,10 +7,14 @@ use std::time::Duration;
 use crate::engine::delay::RetryDelay;
 use crate::engine::settings::{Plan, Settings};
 use crate::error::Error;
-use crate::lock::Lock;
-use crate::mutex::Mutex;
-use crate::redlock::Redlock;
-use crate::target::Target;
+use crate::nodes::Node;
+use crate::primitives::lock::Lock;
+use crate::primitives::mutex::Mutex;
+use crate::waiting::listeners::Listeners;
+
+pub(crate) mod target;
+
+pub(crate) use target::{NEEDS, ReadTarget, SCRIPTS, SUFFIXES, WriteTarget, mark_key, readers_key};
 
 /// A distributed read-write lock for one resource name: any number of readers at once, or one
 /// writer. Configuration only, no lock state; cheap to clone, `Send + Sync`.
@@ -102,9 +106,11 @@ pub struct RwLock {
 }
 
 impl RwLock {
-    pub(crate) fn new(redlock: Redlock, name: Arc<str>) -> RwLock {
-        let read = Mutex::new(redlock.clone(), Target::read(Arc::clone(&name)));
-        let write = Mutex::new(redlock, Target::write(name, Duration::ZERO));
+    pub(crate) fn new(nodes: Arc<[Node]>, listeners: Arc<Listeners>, name: Arc<str>) -> RwLock {
+        let read = ReadTarget::new(Arc::clone(&name));
+        let read = Mutex::new(Arc::clone(&nodes), Arc::clone(&listeners), Arc::new(read));
+        let write = Arc::new(WriteTarget::new(name, Duration::ZERO));
+        let write = Mutex::new(nodes, listeners, write);
         RwLock { read, write }.with_mark()
     }
 
@@ -125,8 +131,10 @@ impl RwLock {
     /// Sizes the writer's mark for the current settings.
     fn with_mark(mut self) -> Self {
         let mark = self.write.plan().map_or(Duration::ZERO, writer_mark);
-        let name = Arc::clone(self.write.name_arc());
-        self.write = self.write.with_target(Target::write(name, mark));
+        let name = Arc::clone(self.write.resource().name());
+        self.write = self
+            .write
+            .with_target(Arc::new(WriteTarget::new(name, mark)));
         self
     }
 
@@ -601,7 +609,7 @@ mod tests {
 
     fn plan(settings: Settings) -> Plan {
         settings
-            .plan(&Target::write("n".into(), Duration::ZERO))
+            .plan(&WriteTarget::new("n".into(), Duration::ZERO))
             .expect("valid settings")
     }
 

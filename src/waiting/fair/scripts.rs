@@ -1,5 +1,6 @@
-//! The scripts of a fair line (`Mutex::with_fair`): a waiter's round, and a release that hands the
-//! lock to the head of the line.
+//! The fair line on the nodes (`Mutex::with_fair`): its keys, its scripts (a waiter's round, and a
+//! release that hands the lock to the head of the line, in `round.lua` and `release.lua`) and the
+//! commands that send them.
 //!
 //! Per name, beside the lock key, every node keeps its line: `<name>:line`, a sorted set of the
 //! waiters' lock values scored by their tickets; `<name>:line:until`, the same members scored by
@@ -19,7 +20,22 @@
 //! keeps what a script wrote before it failed, so the scripts look up everything a hand-off needs
 //! before they write any of it.
 
+use redis::{Cmd, Pipeline};
+
+use crate::engine::target::Verb;
 use crate::nodes::script::{Script, lua};
+use crate::nodes::version::{Needs, Version};
+
+/// What a fair mutex's rounds, first tries and hand-offs need of a node: writes after `TIME` in a
+/// script, which scripts replicated by their effects allow (the default from 5.0). A fair mutex's
+/// extend, and a release without hand-off, are the plain mutex's.
+pub(crate) const NEEDS: Needs = Needs::new("fair mutexes", Version::new(5, 0, 0), "5.0");
+
+/// The suffixes of the line's keys beside a name (see [`LineKeys`]).
+pub(crate) const SUFFIXES: &[&str] = &[":line", ":line:until", ":ticket"];
+
+/// The line's scripts, which every node loads.
+pub(crate) const SCRIPTS: &[Script] = &[ROUND, RELEASE];
 
 /// The highest ticket a round may offer, 2^52: tickets are Lua numbers and sorted-set scores
 /// (doubles), exact only up to 2^53, and the counter goes on from the highest one. `ROUND`
@@ -39,6 +55,68 @@ pub(crate) const GRANT_MARK: u8 = 0;
 /// Leaves the line, and releases the lock if it holds our value, handing it to the head of the
 /// line (`waiting/fair/release.lua`).
 pub(crate) const RELEASE: Script = lua!("waiting/fair/release.lua");
+
+/// The keys of a name's fair line: `<name>:line`, `<name>:line:until` and `<name>:ticket`.
+pub(crate) struct LineKeys {
+    line: String,
+    until: String,
+    ticket: String,
+}
+
+impl LineKeys {
+    pub(crate) fn new(name: &str) -> LineKeys {
+        LineKeys {
+            line: format!("{name}:line"),
+            until: format!("{name}:line:until"),
+            ticket: format!("{name}:ticket"),
+        }
+    }
+}
+
+/// A fair waiter's round on `name` (see `round.lua`).
+pub(crate) fn round(
+    verb: Verb,
+    name: &str,
+    keys: &LineKeys,
+    value: &str,
+    millis: u64,
+    ticket: u64,
+) -> Cmd {
+    let args = [value, &millis.to_string(), &ticket.to_string()];
+    line_cmd(verb.script(&ROUND), verb, name, keys, &args)
+}
+
+/// A fair mutex's release, which hands the lock to the head of the line (see `release.lua`).
+pub(crate) fn release(verb: Verb, name: &str, keys: &LineKeys, value: &str) -> Cmd {
+    line_cmd(verb.script(&RELEASE), verb, name, keys, &[value])
+}
+
+/// A fair mutex's plain first try: `set` (the mutex's `SET NX`), then `EXISTS` on the name's line,
+/// in one write (see `waiting::fair`). Run in this order, the `EXISTS` sees every waiter that
+/// stood in line before the `SET`: entries leave a line only when their waiter is served, leaves
+/// or dies.
+pub(crate) fn entry(set: Cmd, keys: &LineKeys) -> Pipeline {
+    let mut pipeline = Pipeline::with_capacity(2);
+    pipeline.add_command(set);
+    pipeline.cmd("EXISTS").arg(&keys.line);
+    pipeline
+}
+
+/// A script over the lock key and its fair line.
+fn line_cmd(script: &str, verb: Verb, name: &str, keys: &LineKeys, args: &[&str]) -> Cmd {
+    let mut cmd = Cmd::with_capacity(7 + args.len(), 64 + script.len() + 4 * name.len());
+    cmd.arg(verb.word())
+        .arg(script)
+        .arg(4)
+        .arg(name)
+        .arg(&keys.line)
+        .arg(&keys.until)
+        .arg(&keys.ticket);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd
+}
 
 /// The fingerprint a grant notice names a waiter by: the SHA1 of its value, in hex, as the
 /// release script's `redis.sha1hex` writes it.

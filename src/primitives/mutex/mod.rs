@@ -1,4 +1,6 @@
-//! A named distributed mutex: configuration, and the entry points that acquire it.
+//! A named distributed mutex, over one name or several: configuration, and the entry points that
+//! acquire it. Its keys, commands and scripts (`*.lua` here) are `target`'s; a multi-name mutex is
+//! a `Mutex` over `multi`'s target.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,13 +8,22 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::acquire::acquire;
 use crate::engine::delay::RetryDelay;
+use crate::engine::held::Held;
+use crate::engine::resource::Resource;
 use crate::engine::settings::{Plan, Settings};
+use crate::engine::target::Target;
 use crate::error::Error;
-use crate::lock::Lock;
-use crate::redlock::Redlock;
-use crate::target::Target;
+use crate::nodes::Node;
+use crate::primitives::lock::Lock;
+use crate::waiting::acquire::acquire;
+use crate::waiting::listeners::Listeners;
+
+pub(crate) mod target;
+
+pub(crate) use target::{
+    EXTEND, MutexTarget, NEEDS, RELEASE, RELEASE_NOTIFY, SCRIPTS, SUFFIXES, counter_key,
+};
 
 /// A distributed mutex for one resource name ([`Redlock::new_mutex`]), or for several names taken
 /// all at once ([`Redlock::new_multi_mutex`]): configuration only, no lock state.
@@ -64,39 +75,29 @@ use crate::target::Target;
 /// ```
 #[derive(Clone)]
 pub struct Mutex {
-    redlock: Redlock,
-    config: Arc<Config>,
-}
-
-/// A mutex's name and settings, and what they validate to. Shared by the mutex's clones and its
-/// locks; setters make their own copy.
-#[derive(Clone)]
-struct Config {
-    target: Arc<Target>,
-    settings: Settings,
-    /// Checked once per change of settings, not on every operation.
-    plan: Result<Plan, Error>,
+    /// The client's release listeners, for waiting by release notices.
+    listeners: Arc<Listeners>,
+    /// The nodes, the target and the settings: shared by the mutex's clones and its locks;
+    /// setters make their own copy.
+    resource: Resource,
 }
 
 impl Mutex {
-    pub(crate) fn new(redlock: Redlock, target: Target) -> Self {
-        let settings = Settings::default();
-        let plan = settings.plan(&target);
+    /// A mutex over `target` on `nodes`, with default settings.
+    pub(crate) fn new(
+        nodes: Arc<[Node]>,
+        listeners: Arc<Listeners>,
+        target: Arc<dyn Target>,
+    ) -> Self {
         Mutex {
-            redlock,
-            config: Arc::new(Config {
-                target: Arc::new(target),
-                settings,
-                plan,
-            }),
+            listeners,
+            resource: Resource::new(nodes, target),
         }
     }
 
     /// Applies `change` to the settings and checks them again.
     pub(crate) fn with_settings(mut self, change: impl FnOnce(&mut Settings)) -> Self {
-        let config = Arc::make_mut(&mut self.config);
-        change(&mut config.settings);
-        config.plan = config.settings.plan(&config.target);
+        self.resource = self.resource.with_settings(change);
         self
     }
 
@@ -471,7 +472,7 @@ impl Mutex {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        self.config.target.first()
+        self.resource.name()
     }
 
     /// Every name the mutex covers, without duplicates, in the order given: one for a mutex made
@@ -490,7 +491,7 @@ impl Mutex {
     /// # }
     /// ```
     pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.config.target.names().iter().map(|name| &**name)
+        self.resource.target().names().iter().map(|name| &**name)
     }
 
     /// The expiry as configured.
@@ -507,7 +508,7 @@ impl Mutex {
     /// # }
     /// ```
     pub fn expiry(&self) -> Duration {
-        self.config.settings.expiry
+        self.resource.settings().expiry
     }
 
     /// Acquires the lock, retrying up to `tries` attempts with the retry delay between them.
@@ -544,13 +545,7 @@ impl Mutex {
         let plan = self.plan()?;
         let value = self.new_value()?;
         let span = tracing::debug_span!("redmutex.lock", name = %self.name(), tries = plan.tries);
-        let acquire = acquire(self, plan, value, plan.tries);
-        // Entering a disabled span on every poll still costs: skip it when nobody listens.
-        if span.is_disabled() {
-            acquire.await
-        } else {
-            acquire.instrument(span).await
-        }
+        self.acquire(plan, value, plan.tries, span).await
     }
 
     /// Makes exactly one attempt to acquire the lock.
@@ -583,12 +578,7 @@ impl Mutex {
         let plan = self.plan()?;
         let value = self.new_value()?;
         let span = tracing::debug_span!("redmutex.try_lock", name = %self.name());
-        let acquire = acquire(self, plan, value, 1);
-        if span.is_disabled() {
-            acquire.await
-        } else {
-            acquire.instrument(span).await
-        }
+        self.acquire(plan, value, 1, span).await
     }
 
     /// A handle on a lock that another handle (possibly in another process) acquired with `value`.
@@ -617,48 +607,62 @@ impl Mutex {
     /// ```
     pub fn adopt(&self, value: impl Into<String>) -> Lock {
         let value: String = value.into();
-        Lock::new(self.clone(), value.into(), Instant::now(), None, None)
+        let held = Held::new(
+            self.resource.clone(),
+            value.into(),
+            Instant::now(),
+            None,
+            None,
+        );
+        Lock::new(held)
+    }
+
+    /// Makes up to `tries` attempts with `value` first, in `span`.
+    pub(crate) async fn acquire(
+        &self,
+        plan: &Plan,
+        value: Arc<str>,
+        tries: u32,
+        span: tracing::Span,
+    ) -> Result<Lock, Error> {
+        let acquire = acquire(&self.resource, &self.listeners, plan, value, tries);
+        // Entering a disabled span on every poll still costs: skip it when nobody listens.
+        let held = if span.is_disabled() {
+            acquire.await
+        } else {
+            acquire.instrument(span).await
+        };
+        held.map(Lock::new)
     }
 
     /// The same settings over another target (a read-write lock's writer, whose mark depends on
     /// the settings).
-    pub(crate) fn with_target(mut self, target: Target) -> Self {
-        let config = Arc::make_mut(&mut self.config);
-        config.plan = config.settings.plan(&target);
-        config.target = Arc::new(target);
+    pub(crate) fn with_target(mut self, target: Arc<dyn Target>) -> Self {
+        self.resource = self.resource.with_target(target);
         self
     }
 
     pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
-        self.config.settings.new_value()
+        self.resource.new_value()
     }
 
     /// The validated settings, or why they are invalid.
     pub(crate) fn plan(&self) -> Result<&Plan, Error> {
-        self.config.plan.as_ref().map_err(Error::clone)
+        self.resource.plan()
     }
 
-    pub(crate) fn redlock(&self) -> &Redlock {
-        &self.redlock
-    }
-
-    /// The name that waiting and traces go by.
-    pub(crate) fn name_arc(&self) -> &Arc<str> {
-        self.config.target.first()
-    }
-
-    /// What the lock covers.
-    pub(crate) fn target(&self) -> &Arc<Target> {
-        &self.config.target
+    /// The nodes, the target and the settings.
+    pub(crate) fn resource(&self) -> &Resource {
+        &self.resource
     }
 }
 
 impl fmt::Debug for Mutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mutex")
-            .field("target", &self.config.target)
-            .field("settings", &self.config.settings)
-            .field("nodes", &self.redlock.len())
+            .field("target", self.resource.target())
+            .field("settings", self.resource.settings())
+            .field("nodes", &self.resource.nodes().len())
             .finish()
     }
 }

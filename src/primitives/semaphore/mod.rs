@@ -5,16 +5,19 @@
 //! held [`Lock`]) shared with the mutex.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
-
-use crate::acquire::acquire;
+use crate::engine::target::Target;
 use crate::error::Error;
-use crate::lock::Lock;
-use crate::mutex::Mutex;
-use crate::redlock::Redlock;
-use crate::target::Target;
+use crate::nodes::Node;
+use crate::primitives::lock::Lock;
+use crate::primitives::mutex::Mutex;
+use crate::waiting::listeners::Listeners;
+
+pub(crate) mod target;
+
+pub(crate) use target::{ACQUIRE, NEEDS, PermitsTarget, SCRIPTS};
 
 /// A distributed counting semaphore: at most `permits` holders of one name at once, across every
 /// process and machine. Configuration only, no lock state.
@@ -77,14 +80,23 @@ use crate::target::Target;
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    /// The engine, over the semaphore's target.
+    /// A mutex over the semaphore's target: the engine, with the settings.
     mutex: Mutex,
+    /// The same target, for its permits and quorum.
+    target: Arc<PermitsTarget>,
 }
 
 impl Semaphore {
-    pub(crate) fn new(redlock: Redlock, name: String, permits: u32) -> Self {
+    pub(crate) fn new(
+        nodes: Arc<[Node]>,
+        listeners: Arc<Listeners>,
+        name: String,
+        permits: u32,
+    ) -> Self {
+        let target = Arc::new(PermitsTarget::new(name.into(), permits));
         Semaphore {
-            mutex: Mutex::new(redlock, Target::permits(name.into(), permits)),
+            mutex: Mutex::new(nodes, listeners, Arc::clone(&target) as Arc<dyn Target>),
+            target,
         }
     }
 
@@ -96,6 +108,7 @@ impl Semaphore {
     fn with(self, change: impl FnOnce(Mutex) -> Mutex) -> Self {
         Semaphore {
             mutex: change(self.mutex),
+            target: self.target,
         }
     }
 
@@ -328,7 +341,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub fn permits(&self) -> u32 {
-        self.mutex.target().permit_count().unwrap_or(0)
+        self.target.permits()
     }
 
     /// How many nodes must admit a holder: `P * N / (P + 1) + 1` for `P` permits over `N` nodes
@@ -357,7 +370,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub fn quorum(&self) -> usize {
-        self.mutex.target().quorum(self.mutex.redlock().len())
+        self.target.quorum(self.mutex.resource().nodes().len())
     }
 
     /// The expiry as configured.
@@ -460,13 +473,7 @@ impl Semaphore {
     async fn attempts(&self, tries: u32, span: tracing::Span) -> Result<Lock, Error> {
         let plan = self.mutex.plan()?;
         let value = self.mutex.new_value()?;
-        let acquire = acquire(&self.mutex, plan, value, tries);
-        // Entering a disabled span on every poll still costs: skip it when nobody listens.
-        if span.is_disabled() {
-            acquire.await
-        } else {
-            acquire.instrument(span).await
-        }
+        self.mutex.acquire(plan, value, tries, span).await
     }
 }
 

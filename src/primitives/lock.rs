@@ -1,15 +1,11 @@
-//! A held lock: the caller's proof of ownership.
+//! A held lock: the caller's proof of ownership, a shared handle on the engine's held record.
 
 use std::fmt;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::fanout::{self, Stragglers};
-use crate::engine::quorum::{validity, whole_millis};
-use crate::engine::request::{Delivery, Op, Request};
-use crate::engine::settings::{Plan, check_value};
+use crate::engine::held::Held;
 use crate::error::Error;
-use crate::mutex::Mutex;
 
 /// A lock held on a quorum of nodes: of a [`Mutex`] (over one name or several), or one side of an
 /// [`RwLock`](crate::RwLock).
@@ -59,41 +55,10 @@ pub struct Lock {
     held: Arc<Held>,
 }
 
-struct Held {
-    mutex: Mutex,
-    value: Arc<str>,
-    /// The fencing token, when the mutex has fencing on.
-    token: Option<u64>,
-    state: std::sync::Mutex<State>,
-}
-
-struct State {
-    valid_until: Instant,
-    unlocked: bool,
-    /// Calls of this lock's value still in flight (fail-fast): of the acquire, or of an unlock
-    /// that failed. Cancelled before the next extend or release.
-    stragglers: Option<Stragglers>,
-}
-
 impl Lock {
-    pub(crate) fn new(
-        mutex: Mutex,
-        value: Arc<str>,
-        valid_until: Instant,
-        stragglers: Option<Stragglers>,
-        token: Option<u64>,
-    ) -> Self {
+    pub(crate) fn new(held: Held) -> Self {
         Lock {
-            held: Arc::new(Held {
-                mutex,
-                value,
-                token,
-                state: std::sync::Mutex::new(State {
-                    valid_until,
-                    unlocked: false,
-                    stragglers,
-                }),
-            }),
+            held: Arc::new(held),
         }
     }
 
@@ -117,7 +82,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn valid_until(&self) -> Instant {
-        self.state().valid_until
+        self.held.valid_until()
     }
 
     /// The lock value: the secret that proves ownership on the nodes. Hand it to another process
@@ -136,7 +101,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn value(&self) -> &str {
-        &self.held.value
+        self.held.value()
     }
 
     /// The fencing token of this acquisition: `Some` when the mutex has
@@ -164,7 +129,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn token(&self) -> Option<u64> {
-        self.held.token
+        self.held.token()
     }
 
     /// The resource name; for a multi-name lock, the first of its [`names`](Lock::names).
@@ -182,7 +147,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn name(&self) -> &str {
-        self.held.mutex.name()
+        self.held.resource().name()
     }
 
     /// Every name the lock covers: one for a lock of a [`Mutex`] over one name.
@@ -201,7 +166,12 @@ impl Lock {
     /// # }
     /// ```
     pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.held.mutex.target().names().iter().map(|name| &**name)
+        self.held
+            .resource()
+            .target()
+            .names()
+            .iter()
+            .map(|name| &**name)
     }
 
     /// Resets the expiry to the mutex's expiry on every node where the key still holds this lock's
@@ -240,40 +210,7 @@ impl Lock {
     /// # }
     /// ```
     pub async fn extend(&self) -> Result<(), Error> {
-        let plan = self.prepare()?;
-        // A release of a failed unlock must not land after this extend.
-        self.cancel_in_flight();
-        let mutex = &self.held.mutex;
-        let request = Request::new(Op::Extend, mutex.target(), &self.held.value, plan.millis);
-        let start = Instant::now();
-        let tally = fanout::all(
-            mutex.redlock().nodes(),
-            request,
-            plan.node_timeout,
-            plan.shuffle_nodes,
-        )
-        .await;
-        let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
-        let (ok, total) = (tally.ours, tally.total);
-        let judged = tally.judge_extend(left);
-        match &judged {
-            Ok(left) => tracing::debug!(
-                name = self.name(),
-                ok,
-                total,
-                valid_for_ms = whole_millis(*left),
-                "extended"
-            ),
-            Err(error) => tracing::debug!(name = self.name(), ok, total, %error, "extend failed"),
-        }
-        let mut state = self.state();
-        // A clone unlocked while this extend was in flight: say so, rather than report the keys
-        // that unlock deleted as an expired lock.
-        if state.unlocked {
-            return Err(Error::Unlocked);
-        }
-        state.valid_until = deadline(start, judged?);
-        Ok(())
+        self.held.extend().await
     }
 
     /// Releases the lock on every node where the key still holds this lock's value
@@ -316,45 +253,7 @@ impl Lock {
     /// # }
     /// ```
     pub async fn unlock(&self) -> Result<(), Error> {
-        let plan = self.prepare()?;
-        {
-            let mut state = self.state();
-            // From here on some nodes may have let go: whatever the outcome, this handle no longer
-            // proves ownership, so its validity ends now.
-            state.valid_until = state.valid_until.min(Instant::now());
-        }
-        // No SET of this lock may land after its release.
-        self.cancel_in_flight();
-        let mutex = &self.held.mutex;
-        let (nodes, target, value) = (mutex.redlock().nodes(), mutex.target(), &self.held.value);
-        let (tally, in_flight) = if plan.fail_fast {
-            fanout::release_until_decided(nodes, target, value, plan).await
-        } else {
-            let (nodes, target, value) = (Arc::clone(nodes), Arc::clone(target), Arc::clone(value));
-            let tally = fanout::release(nodes, target, value, plan, Delivery::ByDigest).await;
-            (tally, None)
-        };
-        let (ok, total) = (tally.ours, tally.total);
-        let judged = tally.judge_release();
-        match &judged {
-            Ok(()) => tracing::debug!(name = self.name(), ok, total, "unlocked"),
-            Err(error) => tracing::debug!(name = self.name(), ok, total, %error, "unlock failed"),
-        }
-        let mut state = self.state();
-        // A clone unlocked while this call was in flight: the lock is released either way.
-        if state.unlocked {
-            return Err(Error::Unlocked);
-        }
-        if let Err(error) = judged {
-            // Not unlocked, so an extend or unlock may follow: the releases still in flight must
-            // not land after it. (After success nothing of this value is sent again.)
-            if let Some(previous) = std::mem::replace(&mut state.stragglers, in_flight) {
-                previous.cancel();
-            }
-            return Err(error);
-        }
-        state.unlocked = true;
-        Ok(())
+        self.held.release().await
     }
 
     /// Starts a heartbeat task that calls [`extend`](Lock::extend) every `interval` (a third of the
@@ -385,72 +284,17 @@ impl Lock {
     }
 
     pub(crate) fn is_unlocked(&self) -> bool {
-        self.state().unlocked
-    }
-
-    /// Stops the calls of this lock's value still in flight (fail-fast), so that none of them
-    /// lands after the operation that follows (see `fanout::Stragglers`).
-    fn cancel_in_flight(&self) {
-        let stragglers = self.state().stragglers.take();
-        if let Some(stragglers) = stragglers {
-            stragglers.cancel();
-        }
-    }
-
-    /// Checks everything that needs no I/O.
-    fn prepare(&self) -> Result<&Plan, Error> {
-        let plan = self.held.mutex.plan()?;
-        check_value(&self.held.value)?;
-        if self.state().unlocked {
-            return Err(Error::Unlocked);
-        }
-        Ok(plan)
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        // The state is plain data updated in single assignments; a panic elsewhere cannot leave it
-        // half-written, so a poisoned mutex is still consistent.
-        self.held
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// `start + left`, which cannot overflow for the expiries settings accept.
-pub(crate) fn deadline(start: Instant, left: Duration) -> Instant {
-    start.checked_add(left).unwrap_or(start)
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if let Some(stragglers) = state.stragglers.take() {
-            stragglers.cancel();
-        }
-        if state.unlocked || check_value(&self.value).is_err() {
-            return;
-        }
-        let Ok(plan) = self.mutex.plan() else {
-            return;
-        };
-        fanout::spawn_release(
-            Arc::clone(self.mutex.redlock().nodes()),
-            Arc::clone(self.mutex.target()),
-            Arc::clone(&self.value),
-            plan,
-        );
+        self.held.is_unlocked()
     }
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.state();
         // The value is a capability (it can unlock), so it stays out of logs.
         f.debug_struct("Lock")
             .field("name", &self.name())
-            .field("valid_until", &state.valid_until)
-            .field("unlocked", &state.unlocked)
+            .field("valid_until", &self.held.valid_until())
+            .field("unlocked", &self.held.is_unlocked())
             .finish_non_exhaustive()
     }
 }

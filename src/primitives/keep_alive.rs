@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
-use crate::lock::Lock;
+use crate::primitives::lock::Lock;
 
 /// Why a [`KeepAlive`] stopped extending.
 #[derive(Debug, Clone)]
