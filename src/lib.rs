@@ -3,9 +3,7 @@
 mod checks;
 mod engine;
 mod error;
-mod hub;
 mod inspect;
-mod line;
 mod nodes;
 mod primitives;
 mod redlock;

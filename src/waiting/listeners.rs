@@ -6,8 +6,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::engine::quorum::quorum;
-use crate::hub::{Hub, LINGER, State};
 use crate::nodes::listener;
+use crate::waiting::hub::{Hub, LINGER, State};
 
 /// The listeners of a client: started on first use, because most clients never need them.
 pub(crate) struct Listeners {

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use crate::engine::delay::FOREVER;
 use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
-use crate::hub::Place;
 use crate::nodes::probe::in_use;
+use crate::waiting::hub::Place;
 use crate::waiting::listeners::Listeners;
 
 /// One `lock()` call's waiting by release notices.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::line::{Line, WaiterId};
+use crate::waiting::hub::line::{Line, WaiterId};
 
 use super::Hub;
 

@@ -15,8 +15,9 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::line::{Line, WaiterId};
+use crate::waiting::hub::line::{Line, WaiterId};
 
+pub(crate) mod line;
 mod place;
 mod turn;
 

@@ -1,16 +1,12 @@
 //! How a `lock()` call passes the time between its attempts: the one interface between acquiring
-//! (`acquire`) and the ways of waiting.
+//! (`acquire`) and the ways of waiting: plain sleeping (here), release notices (`notices`) and the
+//! fair line (`fair`).
 //!
 //! Acquiring is a loop of "attempt, then wait". Each way of waiting sees the same moments of that
 //! loop: before the first attempt, the start of each attempt (and which request it sends), the
 //! replies of a failed one, the wait after it, and the end of the call (with the lock or
 //! without). What it does in between is its own business: sleep the retry delay, listen for
 //! release notices, or keep a place in the fair line across clients.
-
-pub(crate) mod acquire;
-pub(crate) mod fair;
-pub(crate) mod listeners;
-mod notices;
 
 use std::time::Instant;
 
@@ -19,9 +15,9 @@ use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
 
-use fair::FairWait;
-use listeners::Listeners;
-use notices::NoticeWait;
+use super::fair::FairWait;
+use super::listeners::Listeners;
+use super::notices::NoticeWait;
 
 /// The way one `lock()` call waits, chosen from the mutex's settings.
 pub(crate) enum Waiting<'a> {

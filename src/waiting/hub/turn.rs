@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use crate::line::WaiterId;
+use crate::waiting::hub::line::WaiterId;
 
 use super::{Grant, Handed, Hub, claim};
 
