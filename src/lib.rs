@@ -1,18 +1,17 @@
 #![doc = include_str!("../README.md")]
 
-mod checks;
 mod engine;
 mod error;
-mod inspect;
 mod nodes;
+mod ops;
 mod primitives;
 mod redlock;
 mod waiting;
 
-pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
 pub use error::{Error, NodeError, NodeErrorKind};
-pub use inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
 pub use nodes::connection::NodeConnection;
+pub use ops::checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
+pub use ops::inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
 pub use primitives::fenced::fenced_set;
 pub use primitives::keep_alive::{KeepAlive, KeepAliveEnd};
 pub use primitives::lock::Lock;

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::inspect;
 use crate::nodes::connection::NodeConnection;
 use crate::nodes::redact::redact_url;
 use crate::nodes::script::{self, Script};
 use crate::nodes::{Node, address_of};
+use crate::ops;
+use crate::ops::checks::Checkup;
 use crate::primitives;
 use crate::primitives::multi::MultiTarget;
 use crate::primitives::mutex::{Mutex, MutexTarget};
@@ -19,7 +20,7 @@ use crate::waiting::fair::scripts as fair;
 use crate::waiting::listeners::Listeners;
 
 /// Every script, from each layer's own list.
-const SCRIPT_LISTS: &[&[Script]] = &[primitives::SCRIPTS, fair::SCRIPTS, inspect::SCRIPTS];
+const SCRIPT_LISTS: &[&[Script]] = &[primitives::SCRIPTS, fair::SCRIPTS, ops::SCRIPTS];
 
 /// How many scripts a client loads into each node.
 pub(crate) const SCRIPT_COUNT: usize = script::count(SCRIPT_LISTS);
@@ -433,8 +434,14 @@ impl Redlock {
         crate::engine::quorum::quorum(self.nodes.len())
     }
 
-    pub(crate) fn nodes(&self) -> &Arc<[Node]> {
-        &self.nodes
+    /// Node checks for every configured node, to run at start-up or from a doctor command; see
+    /// [`Checkup`] for what is checked.
+    ///
+    /// # Examples
+    ///
+    /// See [`Checkup`].
+    pub fn checkup(&self) -> Checkup {
+        Checkup::new(Arc::clone(&self.nodes))
     }
 }
 
@@ -466,8 +473,8 @@ impl fmt::Debug for Redlock {
 mod tests {
     use super::*;
     use crate::engine::value::READERS_MARKER;
-    use crate::inspect::{FORCE_RELEASE, INSPECT};
     use crate::nodes::listener::NOTICE_PREFIX;
+    use crate::ops::inspect::{FORCE_RELEASE, INSPECT};
     use crate::primitives::{multi, mutex, rwlock, semaphore};
 
     #[test]

@@ -3,15 +3,16 @@
 //! verdict is tested without Redis.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
 use crate::engine::value::random_value;
+use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
 use crate::nodes::probe::{Answer, bounded, each_node, eval, send, unexpected};
 use crate::primitives::mutex::{EXTEND, RELEASE, RELEASE_NOTIFY};
-use crate::redlock::Redlock;
 
 mod judge;
 
@@ -63,9 +64,9 @@ const SCRATCH_EXPIRY: Duration = Duration::from_secs(10);
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Checkup {
-    redlock: Redlock,
+    nodes: Arc<[Node]>,
     timeout: Duration,
     scratch_prefix: String,
 }
@@ -136,19 +137,26 @@ pub enum CheckStatus {
     Fail,
 }
 
-impl Redlock {
-    /// Node checks for every configured node, to run at start-up or from a doctor command; see
-    /// [`Checkup`] for what is checked.
-    ///
-    /// # Examples
-    ///
-    /// See [`Checkup`].
-    pub fn checkup(&self) -> Checkup {
+impl Checkup {
+    /// Checks of `nodes`, with the default bound and scratch prefix.
+    pub(crate) fn new(nodes: Arc<[Node]>) -> Checkup {
         Checkup {
-            redlock: self.clone(),
+            nodes,
             timeout: DEFAULT_TIMEOUT,
             scratch_prefix: DEFAULT_SCRATCH_PREFIX.to_owned(),
         }
+    }
+}
+
+impl fmt::Debug for Checkup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // As the client it came from shows itself: its nodes.
+        let redlock = format_args!("Redlock {{ nodes: {:?} }}", self.nodes);
+        f.debug_struct("Checkup")
+            .field("redlock", &redlock)
+            .field("timeout", &self.timeout)
+            .field("scratch_prefix", &self.scratch_prefix)
+            .finish()
     }
 }
 
@@ -207,7 +215,7 @@ impl Checkup {
     ///
     /// See [`Checkup`].
     pub async fn run(&self) -> CheckReport {
-        let nodes = self.redlock.nodes();
+        let nodes = &self.nodes;
         let scratch = format!("{}{}", self.scratch_prefix, random_value());
         let timeout = self.timeout;
         // Each question has its own bound; this one only keeps a wedged node from stalling all.
