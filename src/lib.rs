@@ -1,5 +1,11 @@
 #![doc = include_str!("../README.md")]
 
+// The layers, bottom to top, each a folder whose module doc says what it owns; a layer uses only
+// those below it. `nodes`: one node and the connection to it. `engine`: one operation on every
+// node, the quorum and validity, the held record. `waiting`: the acquire loop and the ways of
+// waiting between attempts. `primitives`: what a caller takes, each with its keys, commands and
+// Lua scripts. `ops`: the operator's tools. `error` is used by all; `redlock`, the client,
+// constructs everything and assembles the scripts every node loads.
 mod engine;
 mod error;
 mod nodes;

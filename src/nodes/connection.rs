@@ -56,10 +56,13 @@ use crate::error::NodeErrorKind;
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct NodeConnection {
+pub struct NodeConnection(Inner);
+
+#[derive(Clone)]
+struct Inner {
     connection: Connection,
     /// The scripts loaded into the node, and named in its errors: the client's (see
-    /// [`with_scripts`](Self::with_scripts)).
+    /// [`NodeConnection::with_scripts`]).
     scripts: &'static [Script],
 }
 
@@ -90,7 +93,7 @@ impl From<MultiplexedConnection> for NodeConnection {
 impl fmt::Debug for NodeConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The redis crate's own Debug output may include connection details; show the kind only.
-        match self.connection {
+        match self.0.connection {
             Connection::Own(_) => f.write_str("NodeConnection(reconnecting)"),
             Connection::Manager(..) => f.write_str("NodeConnection(ConnectionManager)"),
             Connection::Multiplexed(..) => f.write_str("NodeConnection(MultiplexedConnection)"),
@@ -105,24 +108,24 @@ impl NodeConnection {
         client: redis::Client,
         scripts: &'static [Script],
     ) -> NodeConnection {
-        NodeConnection {
+        NodeConnection(Inner {
             connection: Connection::Own(Arc::new(Reconnecting::new(client, scripts))),
             scripts,
-        }
+        })
     }
 
     /// A connection the caller built: it loads no scripts until a client gives it its own.
     fn caller_built(connection: Connection) -> NodeConnection {
-        NodeConnection {
+        NodeConnection(Inner {
             connection,
             scripts: &[],
-        }
+        })
     }
 
     /// The same connection, loading `scripts` (on [`warm_up`](Self::warm_up)) and naming them in
     /// errors.
     pub(crate) fn with_scripts(mut self, scripts: &'static [Script]) -> NodeConnection {
-        self.scripts = scripts;
+        self.0.scripts = scripts;
         self
     }
 
@@ -133,8 +136,8 @@ impl NodeConnection {
         &'a mut self,
         cmd: &'a Cmd,
     ) -> impl Future<Output = RedisResult<Value>> + Send + 'a {
-        let scripts = self.scripts;
-        let sent = match &mut self.connection {
+        let scripts = self.0.scripts;
+        let sent = match &mut self.0.connection {
             Connection::Own(c) => Either::Left(c.send(cmd)),
             Connection::Manager(c, _) => Either::Right(Either::Left(c.send_packed_command(cmd))),
             Connection::Multiplexed(c, _) => {
@@ -154,8 +157,8 @@ impl NodeConnection {
         needs: &'static Needs,
         packed: Packed<'a>,
     ) -> impl Future<Output = Result<Value, NodeErrorKind>> + Send + 'a {
-        let scripts = self.scripts;
-        let sent = match &mut self.connection {
+        let scripts = self.0.scripts;
+        let sent = match &mut self.0.connection {
             Connection::Own(c) => Either::Left(c.send_for(needs, packed)),
             Connection::Manager(c, learned) => {
                 Either::Right(Either::Left(send_learning(c, learned, needs, packed)))
@@ -171,7 +174,7 @@ impl NodeConnection {
     /// connections, what the current connection learned when it was made (connecting first if
     /// needed); for the caller's, what was learned on first use, or now.
     pub(crate) async fn version(&mut self) -> Result<ServerVersion, NodeErrorKind> {
-        match &mut self.connection {
+        match &mut self.0.connection {
             Connection::Own(c) => c.version().await.map_err(NodeErrorKind::Redis),
             Connection::Manager(c, learned) => learn(c, learned).await,
             Connection::Multiplexed(c, learned) => learn(c, learned).await,
@@ -182,13 +185,13 @@ impl NodeConnection {
     /// not pay for the handshakes. redmutex's own connections load the scripts on every new
     /// connection; for the caller's, this is the only time.
     pub(crate) async fn warm_up(&mut self) -> RedisResult<()> {
-        if let Connection::Own(c) = &self.connection {
+        if let Connection::Own(c) = &self.0.connection {
             return c.connect().await;
         }
         if let Err(NodeErrorKind::Redis(error)) = self.version().await {
             return Err(error);
         }
-        for script in self.scripts {
+        for script in self.0.scripts {
             // SCRIPT LOAD is idempotent.
             self.send(redis::cmd("SCRIPT").arg("LOAD").arg(script.text()))
                 .await?

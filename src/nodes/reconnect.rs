@@ -13,7 +13,7 @@
 //! replaced, and why that is safe.
 //!
 //! **Why replacing needs that proof.** Each node's requests run in the order they were sent because
-//! they share one connection (see `fanout::Stragglers`): a SET already sent runs before the release
+//! they share one connection (see `engine::fanout::Stragglers`): a SET already sent runs before the release
 //! sent after it. A node that is merely stalled (SIGSTOP, a long script, a fork) also looks silent,
 //! but it cannot answer a fresh connection either, so it keeps its connection, and when it resumes
 //! it runs what was queued there, in order, before anything newer. And a suspect connection whose

@@ -1,16 +1,6 @@
 //! The Lua scripts as the nodes receive them: each assembled at build time from its `.lua` file
 //! under `src/` (see `build.rs`: a file's header comment is its documentation and is not sent; a
 //! line `--- @include "piece.lua"` takes in a shared piece), with its SHA1 digest, for EVALSHA.
-//!
-//! One reply convention for all of them (see `engine::request::Request::interpret`): an acquire
-//! script answers the fencing counter (`0` or more; `0` where none was asked for) when it took the
-//! lock and `-1` when another owner holds it; every other script answers `1` when it acted on our
-//! value, `0` when the lock is gone and `-1` when another owner's value holds it, so the caller
-//! can tell an expired lock from a taken one. Anything else is an error reply with a message. Only
-//! acquire scripts create keys: a lock that expired stays expired.
-//!
-//! Scripts check everything before they write: Redis does not undo a script's writes when it
-//! fails halfway.
 
 /// A script: where it was written, its text as sent, and its digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

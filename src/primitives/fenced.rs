@@ -1,4 +1,5 @@
-//! The protected resource's side of fencing: a Redis key that refuses stale holders.
+//! The protected resource's side of fencing: a Redis key that refuses stale holders
+//! (`fenced_set.lua`).
 
 use std::sync::LazyLock;
 

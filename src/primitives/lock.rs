@@ -4,8 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[cfg(doc)]
+use crate::Mutex;
 use crate::engine::held::Held;
 use crate::error::Error;
+use crate::primitives::keep_alive::KeepAlive;
 
 /// A lock held on a quorum of nodes: of a [`Mutex`] (over one name or several), or one side of an
 /// [`RwLock`](crate::RwLock).
@@ -279,8 +282,8 @@ impl Lock {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn keep_alive(&self, interval: Duration) -> crate::KeepAlive {
-        crate::KeepAlive::start(self.clone(), interval)
+    pub fn keep_alive(&self, interval: Duration) -> KeepAlive {
+        KeepAlive::start(self.clone(), interval)
     }
 
     pub(crate) fn is_unlocked(&self) -> bool {

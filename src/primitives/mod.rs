@@ -11,6 +11,14 @@
 //! registration below: the suffixes of the keys it keeps beside a name, the Redis version it
 //! needs, and its scripts.
 //!
+//! The scripts follow one reply convention (see `engine::request::Request::interpret`): an
+//! acquire script answers the fencing counter (`0` or more; `0` where none was asked for) when it
+//! took the lock and `-1` when another owner holds it; every other script answers `1` when it
+//! acted on our value, `0` when the lock is gone and `-1` when another owner's value holds it, so
+//! the caller can tell an expired lock from a taken one. Anything else is an error reply with a
+//! message. Only acquire scripts create keys: a lock that expired stays expired. Scripts check
+//! everything before they write: Redis does not undo a script's writes when it fails halfway.
+//!
 //! Uses `waiting`, `engine`, `nodes` and `error`.
 
 pub(crate) mod fenced;

@@ -1,5 +1,5 @@
 //! Waiting with wake-up on release: the retry delay, cut short when release notices say the lock
-//! is free (see `line` for when a waiter is woken, and `hub` for where notices come from).
+//! is free (see `hub::line` for when a waiter is woken, and `hub` for where notices come from).
 
 use std::time::{Duration, Instant};
 
@@ -114,7 +114,7 @@ impl<'a> NoticeWait<'a> {
 /// Waits for a wake-up by release notices in any of `places`, or `delay` at most; the index of
 /// the place woken, if any.
 ///
-/// A woken waiter first pauses for its name's current spread (see `line`). A pause means that
+/// A woken waiter first pauses for its name's current spread (see `hub::line`). A pause means that
 /// woken waiters of several clients have been racing for the name: after it, one node is asked
 /// whether the name is still free (one command, where an attempt costs one per node), and if
 /// another client's waiter got there first, this one goes back to waiting. Readers skip that

@@ -132,7 +132,7 @@ impl<'a> Waiting<'a> {
         match self {
             Waiting::Sleep { .. } => false,
             // A release notice names the released value, and waiters treat a value as one
-            // release: a retry must not release the same value again (see `line`).
+            // release: a retry must not release the same value again (see `hub::line`).
             Waiting::Notices(_) => true,
             // A waiter is known in line by its value; it keeps it while it waits. After a
             // retreat it joins anew with a fresh one: grant notices for the keys the retreat gave

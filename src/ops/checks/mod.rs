@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
+#[cfg(doc)]
+use crate::Redlock;
 use crate::engine::value::random_value;
 use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;

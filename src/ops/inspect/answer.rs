@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use redis::Value;
 
+#[cfg(doc)]
+use super::LockState;
 use crate::error::NodeErrorKind;
 use crate::nodes::probe::{Answer, unexpected};
 #[cfg(doc)]
@@ -177,7 +179,7 @@ fn time_to_live(pttl: i64) -> Option<Duration> {
     u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 
-/// Reads the inspection script's reply (see `scripts::INSPECT`): the node's answer, and the
+/// Reads the inspection script's reply (see `inspect.lua`): the node's answer, and the
 /// writer's mark's time to live if there is one.
 pub(super) fn read_inspect(reply: Value) -> Answer<(NodeAnswer, Option<Duration>)> {
     let Value::Array(items) = &reply else {

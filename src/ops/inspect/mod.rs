@@ -67,7 +67,7 @@ async fn inspect(mutex: &Mutex, permits: Option<u32>) -> Result<LockState, Error
     LockState::judge(states, permits)
 }
 
-/// Deletes every name of `mutex` on every node, whatever holds it (see `scripts::FORCE_RELEASE`),
+/// Deletes every name of `mutex` on every node, whatever holds it (see `force_release.lua`),
 /// and returns on how many nodes something was deleted.
 async fn force(mutex: &Mutex) -> Result<usize, Error> {
     let plan = mutex.plan()?;
@@ -344,7 +344,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub async fn inspect(&self) -> Result<LockState, Error> {
-        inspect(self.engine(), Some(self.permits())).await
+        inspect(self.mutex(), Some(self.permits())).await
     }
 
     /// **Breaks the semaphore on purpose**: deletes the name on every node, every holder and the
@@ -384,6 +384,6 @@ impl Semaphore {
     /// # }
     /// ```
     pub async fn force_unlock(&self) -> Result<usize, Error> {
-        force(self.engine()).await
+        force(self.mutex()).await
     }
 }

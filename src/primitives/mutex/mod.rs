@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+#[cfg(doc)]
+use crate::Redlock;
 use crate::engine::delay::RetryDelay;
 use crate::engine::held::Held;
 use crate::engine::resource::Resource;

@@ -1,4 +1,6 @@
-//! A distributed read-write lock: configuration for its two sides, each a mutex over the same name.
+//! A distributed read-write lock: configuration for its two sides, each a mutex over the same name
+//! with a target of its own (`target`: the readers' and the writer's keys and commands; the
+//! scripts are the `.lua` files here).
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,13 +1,15 @@
 //! A counting semaphore over the nodes: configuration, and the entry points that take a permit.
 //!
-//! A semaphore is a [`Mutex`] over another [`Target`]: its own scripts and its own quorum, and
-//! everything else (fan-out, tally, validity, release of failed attempts, retries, waiting, the
-//! held [`Lock`]) shared with the mutex.
+//! A semaphore is a [`Mutex`] over another target (`target`: its key, its commands and its
+//! quorum; the scripts are the `.lua` files here), and everything else (fan-out, tally, validity,
+//! release of failed attempts, retries, waiting, the held [`Lock`]) is shared with the mutex.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(doc)]
+use crate::Redlock;
 use crate::engine::target::Target;
 use crate::error::Error;
 use crate::nodes::Node;
@@ -100,8 +102,8 @@ impl Semaphore {
         }
     }
 
-    /// The engine over the semaphore's target, as inspection and forced release need.
-    pub(crate) fn engine(&self) -> &Mutex {
+    /// The mutex over the semaphore's target, as inspection and forced release need.
+    pub(crate) fn mutex(&self) -> &Mutex {
         &self.mutex
     }
 

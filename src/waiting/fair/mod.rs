@@ -2,7 +2,7 @@
 //! the waiters joined it, where a release wakes only the waiter whose turn it is.
 //!
 //! # The protocol
-//! Every node keeps a line per name (see `scripts::fair`): waiters' lock values scored by tickets,
+//! Every node keeps a line per name (see `scripts` and its `.lua` files): waiters' lock values scored by tickets,
 //! each entry expiring unless its waiter renews it. A waiter's *round*, sent to every node at once,
 //! takes the lock on a node where it is free and nobody is ahead in line (or where it was handed
 //! to us), and otherwise joins the line, or renews its place. A node gives a new waiter a ticket
@@ -115,7 +115,7 @@ pub(crate) struct FairWait<'a> {
     entered: bool,
     /// Since when some nodes, but fewer than a quorum, gave us the key. A hand-off reaches every
     /// node within a node timeout; after that, a round passes keys we hold out of turn to the
-    /// waiters ahead of us (see `scripts::fair::ROUND`), which ends a split.
+    /// waiters ahead of us (see `round.lua`), which ends a split.
     partial_since: Option<Instant>,
 }
 

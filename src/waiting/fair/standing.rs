@@ -91,7 +91,7 @@ impl Standing {
                 // Whatever the round did there may or may not have happened, and may still
                 // happen: a place in line only moves back, so what we knew still bounds it; but
                 // a key of ours there may be passed on by the round (someone ahead of our
-                // offer, see `scripts::fair::ROUND`), so it no longer counts.
+                // offer, see `round.lua`), so it no longer counts.
                 Reply::Unknown => self.granted[node] = None,
             }
         }
@@ -133,7 +133,7 @@ impl Standing {
     ///
     /// It counts only where we stand in line with that very ticket, as far as our rounds' replies
     /// tell. A round of ours that ran there after the hand-off may have passed the key on, out of
-    /// turn, to a waiter ahead of the ticket it offered (`scripts::fair::ROUND`), and put us back
+    /// turn, to a waiter ahead of the ticket it offered (`round.lua`), and put us back
     /// in line with that offer; counting the notice then would make two holders (found by the
     /// model check, `tests/model_fair.rs`). Such a round either told us our new ticket, which
     /// differs (a node hands a waiter the key only while nobody is ahead of it, and a later

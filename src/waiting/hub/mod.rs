@@ -89,7 +89,7 @@ const UNCLAIMED: usize = 16;
 /// counter grows by one per waiter that joins while the line lives, and the line's keys go
 /// when its last entry does: no line lives through four billion joins. A higher counter comes
 /// from somebody else's `PUBLISH`, and taken as a hint it would make our next joiner offer a
-/// ticket near what the nodes can hold exactly (`scripts::fair::TICKET_LIMIT`), or past it. An
+/// ticket near what the nodes can hold exactly (`fair::scripts::TICKET_LIMIT`), or past it. An
 /// ignored hint costs at most one round: the nodes give the joiner the next free ticket.
 const HINT_LIMIT: u64 = 1 << 32;
 
@@ -296,7 +296,7 @@ impl Hub {
 
 impl NoticeSink for Hub {
     /// A node's notice on `name`: a release (the payload is the released value) or a hand-off
-    /// (see `scripts::fair::GRANT_MARK`).
+    /// (see `fair::scripts::GRANT_MARK`).
     ///
     /// Anyone allowed to `PUBLISH` on the node can send one (the README's ACL section: those are
     /// users who could write the lock keys as well). So a notice is `node`'s word (the listener
