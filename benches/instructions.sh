@@ -11,6 +11,9 @@
 #   runtime:  current (default) or multi;  workload: uncontended-32 (default), uncontended-1, ...
 # Takes about 2 minutes per contender. Needs valgrind (Debian's package valgrind; installed here
 # when running as root with apt-get).
+#   CONTENDERS='redmutex default;floor wait-all' measures only those (separated by ';');
+#   BENCH_BINARY=path measures an already built compare benchmark (say, one built from another
+#   commit, saved aside), to compare two builds run by run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-current}
@@ -27,13 +30,16 @@ if ! command -v valgrind >/dev/null 2>&1; then
     fi
 fi
 
-if ! build=$(cargo bench --bench compare --no-run --message-format=json); then
+if [ -n "${BENCH_BINARY:-}" ]; then
+    binary=$BENCH_BINARY
+elif ! build=$(cargo bench --bench compare --no-run --message-format=json); then
     echo "could not build the compare benchmark (cargo bench --bench compare --no-run)" >&2
     exit 1
+else
+    binary=$(grep -o '"executable":"[^"]*"' <<<"$build" | tail -n 1 | cut -d'"' -f4)
 fi
-binary=$(grep -o '"executable":"[^"]*"' <<<"$build" | tail -n 1 | cut -d'"' -f4)
-if [ -z "$binary" ]; then
-    echo "cargo did not name the compare benchmark's executable" >&2
+if [ -z "$binary" ] || [ ! -x "$binary" ]; then
+    echo "no compare benchmark to run (${binary:-cargo named none})" >&2
     exit 1
 fi
 work=$(mktemp -d)
@@ -66,7 +72,8 @@ measure() {
 
 printf '%-20s %14s %10s\n' "contender" "instr/cycle" "vs floor"
 floor_cost=0
-for who in "floor wait-all" "redmutex default" "floor quorum" "redmutex fail-fast"; do
+IFS=';' read -r -a contenders <<<"${CONTENDERS:-floor wait-all;redmutex default;floor quorum;redmutex fail-fast}"
+for who in "${contenders[@]}"; do
     # Not `read < <(measure ...)`: a failure in a process substitution would not stop the script.
     short=$(measure "$who" 2)
     long=$(measure "$who" 6)
@@ -84,7 +91,7 @@ for who in "floor wait-all" "redmutex default" "floor quorum" "redmutex fail-fas
             ;;
         *)
             printf '%-20s %14d %10s\n' "$who" "$cost" \
-                "$(awk -v a="$cost" -v b="$floor_cost" 'BEGIN { printf "%.3f", a / b }')"
+                "$(awk -v a="$cost" -v b="$floor_cost" 'BEGIN { if (b == 0) print "-"; else printf "%.3f", a / b }')"
             ;;
     esac
 done

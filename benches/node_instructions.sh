@@ -5,44 +5,47 @@
 # redis-server runs under callgrind twice per case, receiving N and then 2N acquire+release
 # pairs over one connection (redis-cli fed from a file); the difference divided by N is the cost
 # of one pair on the node: command parsing, script execution and replies, user space only
-# (the kernel's share of the socket I/O is not counted). The scripts are read from
-# src/scripts.rs and src/scripts/fair.rs, so this measures the code as it is.
+# (the kernel's share of the socket I/O is not counted). The scripts are read from their .lua
+# files under src/, assembled as build.rs assembles them, so this measures the code as it is.
 #
 # Usage: bash benches/node_instructions.sh [pairs]   (default 2000; about a minute)
 #        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only;
 #        fair-handoff, a join round and a release that hands over, runs only when named)
-# Needs valgrind, redis-server and python3 (Debian's packages valgrind, redis-server, python3).
+# Needs valgrind and redis-server (Debian's packages valgrind, redis-server).
 set -euo pipefail
 # Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
 export LC_ALL=C
 cd "$(dirname "$0")/.."
 pairs=${1:-2000}
-for tool in valgrind redis-server redis-cli callgrind_annotate python3; do
+for tool in valgrind redis-server redis-cli callgrind_annotate; do
     command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The text of a script constant in src/scripts.rs.
-script() {
-    awk -v name="$1" '
-        $0 ~ "pub\\(crate\\) const " name ": &str = r#\"" { inside = 1; next }
-        inside && /^"#;/ { exit }
-        inside { print }
-    ' src/scripts.rs
-}
-
-# The text of a script constant in src/scripts/fair.rs, which glues its scripts together from
-# shared pieces (`concat!` of `macro_rules!` bodies and raw strings).
-fair_script() {
-    python3 - "$1" <<'PY'
-import re, sys
-text = open("src/scripts/fair.rs").read()
-pieces = dict(re.findall(r'macro_rules! (\w+) \{\s*\(\) => \{\s*r#"(.*?)"#', text, re.S))
-body = re.search(r'pub\(crate\) const ' + sys.argv[1] + r': &str = concat!\((.*?)\n\);', text, re.S)
-parts = re.findall(r'(\w+)!\(\)|r#"(.*?)"#', body.group(1), re.S)
-sys.stdout.write("".join(pieces[macro] if macro else raw for macro, raw in parts))
-PY
+# A script as the nodes receive it: the file without its header (the comment lines before its
+# first other line), each `--- @include "piece.lua"` line replaced by that file, assembled the same
+# way (as build.rs does).
+lua() {
+    awk '
+        function emit(file,    line, header, piece, dir) {
+            header = 1
+            dir = file
+            sub(/[^\/]*$/, "", dir)
+            while ((getline line < file) > 0) {
+                piece = ""
+                if (line ~ /^--- @include "[^"]*"$/) {
+                    piece = substr(line, 15, length(line) - 15)
+                }
+                if (header && line ~ /^--/ && piece == "") continue
+                header = 0
+                if (piece != "") emit(dir piece)
+                else print line
+            }
+            close(file)
+        }
+        BEGIN { emit(ARGV[1]); exit }
+    ' "$1"
 }
 
 # Redis protocol for one command (arguments as given), so that scripts travel verbatim.
@@ -54,18 +57,18 @@ resp() {
 }
 
 sha() { printf '%s' "$1" | sha1sum | cut -d' ' -f1; }
-release=$(script RELEASE)
-release_notify=$(script RELEASE_NOTIFY)
-fair_round=$(fair_script ROUND)
-fair_release=$(fair_script RELEASE)
+release=$(lua src/primitives/mutex/release.lua)
+release_notify=$(lua src/primitives/mutex/release_notify.lua)
+fair_round=$(lua src/waiting/fair/round.lua)
+fair_release=$(lua src/waiting/fair/release.lua)
 release_notify_sha=$(sha "$release_notify")
 fair_round_sha=$(sha "$fair_round")
 fair_release_sha=$(sha "$fair_release")
-names_acquire=$(script NAMES_ACQUIRE)
-names_release=$(script NAMES_RELEASE)
-read_acquire=$(script READ_ACQUIRE)
-read_release=$(script READ_RELEASE)
-write_acquire=$(script WRITE_ACQUIRE)
+names_acquire=$(lua src/primitives/multi/acquire.lua)
+names_release=$(lua src/primitives/multi/release.lua)
+read_acquire=$(lua src/primitives/rwlock/read_acquire.lua)
+read_release=$(lua src/primitives/rwlock/read_release.lua)
+write_acquire=$(lua src/primitives/rwlock/write_acquire.lua)
 release_sha=$(sha "$release")
 names_acquire_sha=$(sha "$names_acquire")
 names_release_sha=$(sha "$names_release")

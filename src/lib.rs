@@ -1,49 +1,32 @@
 #![doc = include_str!("../doc/rustdoc-links.md")]
 #![doc = include_str!("../README.md")]
 
-mod acquire;
-mod checks;
-mod connection;
-mod delay;
+// The layers, bottom to top, each a folder whose module doc says what it owns; a layer uses only
+// those below it. `nodes`: one node and the connection to it. `engine`: one operation on every
+// node, the quorum and validity, the held record. `waiting`: the acquire loop and the ways of
+// waiting between attempts. `primitives`: what a caller takes, each with its keys, commands and
+// Lua scripts. `ops`: the operator's tools. `error` is used by all; `redlock`, the client,
+// constructs everything and assembles the scripts every node loads.
+mod engine;
 mod error;
-mod fanout;
-mod fenced;
 pub mod guide;
-mod hub;
-mod inspect;
-mod keep_alive;
-mod line;
-mod listener;
-mod lock;
-mod mutex;
-mod node;
-mod probe;
-mod quorum;
-mod reconnect;
-mod redact;
+mod nodes;
+mod ops;
+mod primitives;
 mod redlock;
-mod rwlock;
-mod scripts;
-mod semaphore;
-mod settings;
-mod target;
-#[cfg(feature = "tls")]
-mod tls;
-mod value;
-mod version;
 mod waiting;
 
-pub use checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
-pub use connection::NodeConnection;
 pub use error::{Error, NodeError, NodeErrorKind};
-pub use fenced::fenced_set;
-pub use inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
-pub use keep_alive::{KeepAlive, KeepAliveEnd};
-pub use lock::Lock;
-pub use mutex::Mutex;
+pub use nodes::connection::NodeConnection;
+pub use ops::checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
+pub use ops::inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
+pub use primitives::fenced::fenced_set;
+pub use primitives::keep_alive::{KeepAlive, KeepAliveEnd};
+pub use primitives::lock::Lock;
+pub use primitives::mutex::Mutex;
+pub use primitives::rwlock::RwLock;
+pub use primitives::semaphore::Semaphore;
 pub use redlock::Redlock;
-pub use rwlock::RwLock;
-pub use semaphore::Semaphore;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.
 #[doc(hidden)]
@@ -51,37 +34,44 @@ pub mod internals {
     use std::time::Duration;
 
     /// The compare-and-delete script, for the benchmark's raw floor to run the same Lua.
-    pub const RELEASE_SCRIPT: &str = crate::scripts::RELEASE;
+    pub const RELEASE_SCRIPT: &str = crate::primitives::mutex::RELEASE.text();
 
     /// A semaphore's acquire script (key: the name; arguments: the value, the expiry in
     /// milliseconds, the permits), for tests that count its replies against another quorum than
     /// the library's.
-    pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::scripts::SEMAPHORE_ACQUIRE;
+    pub const SEMAPHORE_ACQUIRE_SCRIPT: &str = crate::primitives::semaphore::ACQUIRE.text();
 
     /// How many scripts a client loads into each node when it starts, for tests that wait until
     /// it is done.
-    pub const SCRIPTS: usize = crate::scripts::ALL.len();
+    pub const SCRIPTS: usize = crate::redlock::SCRIPT_COUNT;
+
+    /// The text of every script a client loads into its nodes, as sent, for tests that read what
+    /// the scripts run (the scripts are `.lua` files under `src/`, assembled by `build.rs`).
+    pub fn script_texts() -> impl Iterator<Item = &'static str> {
+        crate::redlock::SCRIPTS.iter().map(|script| script.text())
+    }
 
     /// See `quorum::quorum`.
     pub fn quorum(nodes: usize) -> usize {
-        crate::quorum::quorum(nodes)
+        crate::engine::quorum::quorum(nodes)
     }
 
     /// See `quorum::validity`.
     pub fn validity(expiry: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
-        crate::quorum::validity(expiry, elapsed, drift_factor)
+        crate::engine::quorum::validity(expiry, elapsed, drift_factor)
     }
 
     /// See `value::random_value`.
     pub fn random_value() -> std::sync::Arc<str> {
-        crate::value::random_value()
+        crate::engine::value::random_value()
     }
 
     /// Counts `ok` successes and `failed` timeouts out of `ok + failed` nodes and judges an acquire,
     /// as one attempt does after its replies are in.
     pub fn judge_acquire(ok: usize, failed: usize, validity: Option<Duration>) -> bool {
         let total = ok + failed;
-        let mut tally = crate::quorum::Tally::new(total, crate::quorum::quorum(total));
+        let mut tally =
+            crate::engine::tally::Tally::new(total, crate::engine::quorum::quorum(total));
         for node in 0..ok {
             tally.add(node, Ok(0));
         }

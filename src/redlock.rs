@@ -4,17 +4,31 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::connection::NodeConnection;
 use crate::error::Error;
-use crate::hub::Hub;
-use crate::listener::Listeners;
-use crate::mutex::Mutex;
-use crate::node::Node;
-use crate::reconnect::address_of;
-use crate::redact::redact_url;
-use crate::rwlock::RwLock;
-use crate::semaphore::Semaphore;
-use crate::target::Target;
+use crate::nodes::connection::NodeConnection;
+use crate::nodes::redact::redact_url;
+use crate::nodes::script::{self, Script};
+use crate::nodes::{Node, address_of};
+use crate::ops;
+use crate::ops::checks::Checkup;
+use crate::primitives;
+use crate::primitives::multi::MultiTarget;
+use crate::primitives::mutex::{Mutex, MutexTarget};
+use crate::primitives::rwlock::RwLock;
+use crate::primitives::semaphore::Semaphore;
+use crate::waiting::fair::scripts as fair;
+use crate::waiting::listeners::Listeners;
+
+/// Every script, from each layer's own list.
+const SCRIPT_LISTS: &[&[Script]] = &[primitives::SCRIPTS, fair::SCRIPTS, ops::SCRIPTS];
+
+/// How many scripts a client loads into each node.
+pub(crate) const SCRIPT_COUNT: usize = script::count(SCRIPT_LISTS);
+
+/// Every script, loaded into a node's cache on each new connection, so that requests sent by
+/// digest find them even when nobody is left to send the fallback (see `request::Delivery`), and
+/// known by digest when a node names one in an error.
+pub(crate) static SCRIPTS: [Script; SCRIPT_COUNT] = script::concat(SCRIPT_LISTS);
 
 /// How long the background connection warm-up waits for a node.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -150,11 +164,11 @@ impl Redlock {
     /// The client over `clients`, each with its password-free address for messages.
     fn with_clients(clients: Vec<(redis::Client, String)>) -> Result<Redlock, Error> {
         #[cfg(feature = "tls")]
-        crate::tls::install_crypto_provider();
+        crate::nodes::tls::install_crypto_provider();
         let nodes = clients
             .iter()
             .map(|(client, address)| Node {
-                connection: NodeConnection::reconnecting(client.clone()),
+                connection: NodeConnection::reconnecting(client.clone(), &SCRIPTS),
                 address: Some(address.clone()),
             })
             .collect();
@@ -211,7 +225,7 @@ impl Redlock {
         let nodes = connections
             .into_iter()
             .map(|connection| Node {
-                connection: connection.into(),
+                connection: connection.into().with_scripts(&SCRIPTS),
                 address: None,
             })
             .collect();
@@ -271,7 +285,8 @@ impl Redlock {
     /// # }
     /// ```
     pub fn new_mutex(&self, name: impl Into<String>) -> Mutex {
-        Mutex::new(self.clone(), Target::name(name.into().into()))
+        let target = Arc::new(MutexTarget::new(name.into().into()));
+        Mutex::new(Arc::clone(&self.nodes), Arc::clone(&self.listeners), target)
     }
 
     /// A [`Semaphore`] for the resource `name` with `permits` permits, with default settings (see
@@ -299,7 +314,12 @@ impl Redlock {
     /// # }
     /// ```
     pub fn new_semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
-        Semaphore::new(self.clone(), name.into(), permits)
+        Semaphore::new(
+            Arc::clone(&self.nodes),
+            Arc::clone(&self.listeners),
+            name.into(),
+            permits,
+        )
     }
 
     /// A [`Mutex`] over every name of `names` at once: its [`lock()`](Mutex::lock) and
@@ -345,7 +365,8 @@ impl Redlock {
         I::Item: Into<String>,
     {
         let names = names.into_iter().map(|name| Arc::from(name.into()));
-        Mutex::new(self.clone(), Target::multi(names))
+        let target = Arc::new(MultiTarget::new(names));
+        Mutex::new(Arc::clone(&self.nodes), Arc::clone(&self.listeners), target)
     }
 
     /// A read-write lock for the resource `name`, with default settings (those of a [`Mutex`]):
@@ -375,7 +396,8 @@ impl Redlock {
     /// # }
     /// ```
     pub fn new_rwlock(&self, name: impl Into<String>) -> RwLock {
-        RwLock::new(self.clone(), name.into().into())
+        let (nodes, listeners) = (Arc::clone(&self.nodes), Arc::clone(&self.listeners));
+        RwLock::new(nodes, listeners, name.into().into())
     }
 
     /// The number of nodes.
@@ -410,21 +432,17 @@ impl Redlock {
     /// # }
     /// ```
     pub fn quorum(&self) -> usize {
-        crate::quorum::quorum(self.nodes.len())
+        crate::engine::quorum::quorum(self.nodes.len())
     }
 
-    pub(crate) fn nodes(&self) -> &Arc<[Node]> {
-        &self.nodes
-    }
-
-    /// The release notice hub, started on first use; `None` for caller-built connections.
-    pub(crate) fn hub(&self) -> Option<Arc<Hub>> {
-        self.listeners.hub()
-    }
-
-    /// The release notice hub if it runs already; never starts it.
-    pub(crate) fn running_hub(&self) -> Option<Arc<Hub>> {
-        self.listeners.running_hub()
+    /// Node checks for every configured node, to run at start-up or from a doctor command; see
+    /// [`Checkup`] for what is checked.
+    ///
+    /// # Examples
+    ///
+    /// See [`Checkup`].
+    pub fn checkup(&self) -> Checkup {
+        Checkup::new(Arc::clone(&self.nodes))
     }
 }
 
@@ -449,5 +467,83 @@ impl fmt::Debug for Redlock {
         f.debug_struct("Redlock")
             .field("nodes", &self.nodes)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::value::READERS_MARKER;
+    use crate::nodes::listener::NOTICE_PREFIX;
+    use crate::ops::inspect::{FORCE_RELEASE, INSPECT};
+    use crate::primitives::{multi, mutex, rwlock, semaphore};
+
+    #[test]
+    fn digests_are_sha1_hex_and_distinct() {
+        assert_eq!(SCRIPTS.len(), 20);
+        for script in &SCRIPTS {
+            let digest = script.digest();
+            assert_eq!(digest.len(), 40);
+            assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
+            assert_eq!(digest, redis::Script::new(script.text()).get_hash());
+        }
+        let distinct: std::collections::HashSet<_> = SCRIPTS.iter().map(Script::digest).collect();
+        assert_eq!(
+            distinct.len(),
+            SCRIPTS.len(),
+            "SCRIPTS lists every script once"
+        );
+    }
+
+    #[test]
+    fn notices_go_to_the_channel_listeners_subscribe_to() {
+        for script in [
+            mutex::RELEASE_NOTIFY,
+            FORCE_RELEASE,
+            semaphore::target::RELEASE,
+            multi::RELEASE,
+            rwlock::target::READ_RELEASE,
+            fair::RELEASE,
+        ] {
+            assert!(script.text().contains(&format!("'{NOTICE_PREFIX}' .. ")));
+        }
+    }
+
+    #[test]
+    fn the_readers_marker_is_the_one_the_scripts_use() {
+        let quoted = format!("'{READERS_MARKER}'");
+        for script in [
+            rwlock::target::READ_ACQUIRE,
+            rwlock::target::READ_EXTEND,
+            rwlock::target::READ_RELEASE,
+            rwlock::target::WRITE_ACQUIRE,
+            INSPECT,
+            FORCE_RELEASE,
+        ] {
+            let script = script.text();
+            assert!(script.contains(&quoted));
+            // Every mention is the marker itself, quoted whole.
+            assert_eq!(
+                script.matches("redmutex:readers").count(),
+                script.matches(&quoted).count()
+            );
+        }
+    }
+
+    /// Every script loads into a real node under the digest it is sent by; a script the node
+    /// refuses (a Lua syntax error) is reported at its `.lua` file and line.
+    #[tokio::test]
+    async fn every_script_loads_into_a_node() {
+        let cluster = testenv::Cluster::start(1);
+        let client = redis::Client::open(cluster.urls()[0].as_str()).expect("a URL");
+        let mut connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("the node answers");
+        for script in &SCRIPTS {
+            if let Err(error) = crate::nodes::script::load(&mut connection, script).await {
+                panic!("{error}");
+            }
+        }
     }
 }

@@ -1,17 +1,19 @@
 //! Waiting with wake-up on release: the retry delay, cut short when release notices say the lock
-//! is free (see `line` for when a waiter is woken, and `hub` for where notices come from).
+//! is free (see `hub::line` for when a waiter is woken, and `hub` for where notices come from).
 
 use std::time::{Duration, Instant};
 
-use crate::delay::FOREVER;
-use crate::hub::Place;
-use crate::mutex::Mutex;
-use crate::node;
-use crate::settings::Plan;
+use crate::engine::delay::FOREVER;
+use crate::engine::resource::Resource;
+use crate::engine::settings::Plan;
+use crate::nodes::probe::in_use;
+use crate::waiting::hub::Place;
+use crate::waiting::listeners::Listeners;
 
 /// One `lock()` call's waiting by release notices.
 pub(crate) struct NoticeWait<'a> {
-    mutex: &'a Mutex,
+    resource: &'a Resource,
+    listeners: &'a Listeners,
     plan: &'a Plan,
     /// This call's places in its client's lines, one per name of the lock (in the order of
     /// `Target::names`), from its first wait on. A release of any name wakes the call: for a
@@ -23,9 +25,14 @@ pub(crate) struct NoticeWait<'a> {
 }
 
 impl<'a> NoticeWait<'a> {
-    pub(crate) fn new(mutex: &'a Mutex, plan: &'a Plan) -> NoticeWait<'a> {
+    pub(crate) fn new(
+        resource: &'a Resource,
+        listeners: &'a Listeners,
+        plan: &'a Plan,
+    ) -> NoticeWait<'a> {
         NoticeWait {
-            mutex,
+            resource,
+            listeners,
             plan,
             places: Vec::new(),
             woken: None,
@@ -36,17 +43,17 @@ impl<'a> NoticeWait<'a> {
     /// handed to one of them: queue behind them rather than send an attempt bound to fail, and
     /// rather than barge ahead of them. The retry delay still bounds the wait.
     pub(crate) async fn before_first_attempt(&mut self) {
-        let Some(hub) = self.mutex.redlock().running_hub() else {
+        let Some(hub) = self.listeners.running_hub() else {
             return;
         };
-        let names = self.mutex.target().names();
+        let names = self.resource.target().names();
         if !names.iter().any(|name| hub.has_waiters(name)) {
             return;
         }
         let now = Instant::now();
         self.places = names.iter().map(|name| hub.join(name, now).0).collect();
         let delay = self.plan.retry_delay_after(1);
-        self.woken = wait_in_line(self.mutex, self.plan, &self.places, delay).await;
+        self.woken = wait_in_line(self.resource, self.plan, &self.places, delay).await;
     }
 
     pub(crate) fn plan(&self) -> &'a Plan {
@@ -75,13 +82,13 @@ impl<'a> NoticeWait<'a> {
         let delay = self.plan.retry_delay_after(failed);
         self.woken = None;
         if self.places.is_empty() {
-            let Some(hub) = self.mutex.redlock().hub() else {
+            let Some(hub) = self.listeners.hub() else {
                 // No listeners (connections the caller built): poll.
                 tokio::time::sleep(delay).await;
                 return;
             };
             let mut subscriptions = Vec::new();
-            for name in self.mutex.target().names() {
+            for name in self.resource.target().names() {
                 let (place, subscribing) = hub.join(name, started);
                 self.places.push(place);
                 subscriptions.extend(subscribing);
@@ -93,7 +100,7 @@ impl<'a> NoticeWait<'a> {
                 return;
             }
         }
-        self.woken = wait_in_line(self.mutex, self.plan, &self.places, delay).await;
+        self.woken = wait_in_line(self.resource, self.plan, &self.places, delay).await;
     }
 
     /// The call got the lock: it leaves the lines for good, keeping the wake-up it used.
@@ -107,13 +114,13 @@ impl<'a> NoticeWait<'a> {
 /// Waits for a wake-up by release notices in any of `places`, or `delay` at most; the index of
 /// the place woken, if any.
 ///
-/// A woken waiter first pauses for its name's current spread (see `line`). A pause means that
+/// A woken waiter first pauses for its name's current spread (see `hub::line`). A pause means that
 /// woken waiters of several clients have been racing for the name: after it, one node is asked
 /// whether the name is still free (one command, where an attempt costs one per node), and if
 /// another client's waiter got there first, this one goes back to waiting. Readers skip that
 /// look: the name's key is there while readers hold, and a reader may still get in.
 async fn wait_in_line(
-    mutex: &Mutex,
+    resource: &Resource,
     plan: &Plan,
     places: &[Place],
     delay: Duration,
@@ -130,13 +137,13 @@ async fn wait_in_line(
         tracing::trace!(?pause, "woken by a release");
         // Even a zero sleep waits for the timer's next tick (1 ms). Readers skip the look: the
         // name's key is there while readers hold, and a reader may still get in.
-        let name = &mutex.target().names()[index];
-        let Some(probe) = mutex.target().probe(name).filter(|_| !pause.is_zero()) else {
+        let name = &resource.target().names()[index];
+        let Some(probe) = resource.target().probe(name).filter(|_| !pause.is_zero()) else {
             return Some(index);
         };
         tokio::time::sleep(pause).await;
-        let connection = mutex.redlock().nodes()[node].connection.clone();
-        match node::in_use(connection, probe, plan.node_timeout).await {
+        let connection = resource.nodes()[node].connection.clone();
+        match in_use(connection, probe, plan.node_timeout).await {
             Some(true) => {
                 tracing::trace!(node, "taken again before the attempt");
                 place.wait_again(woken_at);

@@ -1,7 +1,7 @@
 //! Model check of the fair line (issue 15) with the `stateright` model checker: work in progress.
 //!
 //! The protocol is the implemented one (README, "Waiting in a fair line"; the ROUND and RELEASE
-//! scripts in src/scripts/fair.rs; the client in src/waiting/fair.rs and src/acquire.rs), as
+//! scripts in src/waiting/fair/*.lua; the client in src/waiting/fair/ and src/waiting/acquire.rs), as
 //! `fair/protocol.rs` describes it: 3 nodes, client `A` holding the lock at the start (it
 //! unlocks, or crashes), waiters `B` and `C` with small budgets of rounds, every request delayed
 //! past any number of steps (in order per connection), grant notices in any order, replies lost or

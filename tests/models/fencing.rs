@@ -1,6 +1,6 @@
 //! Model check of the fencing-token protocol (issue 4) with the `stateright` model checker.
 //!
-//! This is the protocol `Mutex::with_fencing` implements (src/acquire.rs; the raise is sent to every
+//! This is the protocol `Mutex::with_fencing` implements (src/engine/attempt.rs; the raise is sent to every
 //! node, but only the replies of nodes counted into `t` count, which the checker allows), checked
 //! over every interleaving of a small configuration rather than the few a test samples. Run it with
 //! `cargo test --test models fencing::` (add `-- --nocapture` to see the state counts and each

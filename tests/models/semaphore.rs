@@ -1,7 +1,7 @@
 //! Model check of the semaphore's quorum (issue 17) with the `stateright` model checker.
 //!
 //! This is the protocol `Semaphore` implements (src/semaphore.rs, the acquire script in
-//! src/scripts.rs), checked over every interleaving of a small configuration rather than the few
+//! src/primitives/semaphore/*.lua), checked over every interleaving of a small configuration rather than the few
 //! a test samples. Run it with `cargo test --test models semaphore:: -- --nocapture` to see the
 //! state counts and each counterexample as numbered steps; the larger configurations, which take
 //! minutes, with `cargo test --release --test models semaphore:: -- --ignored --nocapture`.

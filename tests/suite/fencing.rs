@@ -190,7 +190,7 @@ async fn tokens_increase_under_contention_and_faults() {
 /// sent right after it. So the raise succeeds on node 0, and on node 2, where the acquire has
 /// landed by then. Counting node 2 would hand out token 1 on a raise quorum that includes a node
 /// whose counter (100) never went into it: the way two holders end up with one token (the
-/// `FencedRaiseOnAll` counterexample of tests/model_fencing.rs). Node 0 alone is no quorum.
+/// `FencedRaiseOnAll` counterexample of tests/models/fencing.rs). Node 0 alone is no quorum.
 ///
 /// Nothing races the client: node 2 gets nothing before the test lets it, node 1's proxy counts
 /// requests rather than time, and the test acts only once node 0's counter shows that the raise

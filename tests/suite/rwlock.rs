@@ -259,7 +259,10 @@ async fn a_crashed_readers_entry_expires() {
     let held = support::holders(&cluster, name, lock.value());
     assert!(held.len() >= 3, "{held:?}");
     let readers = present(&cluster, &readers_key(name));
-    assert!(held.iter().all(|node| !readers.contains(node)), "{readers:?}");
+    assert!(
+        held.iter().all(|node| !readers.contains(node)),
+        "{readers:?}"
+    );
     lock.unlock().await.expect("unlock");
 }
 

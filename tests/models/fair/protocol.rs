@@ -1,5 +1,5 @@
 //! The fair line as a state machine for the model checker: the nodes' two scripts
-//! (`src/scripts/fair.rs`), the clients' `lock()` calls (`src/waiting/fair.rs`, `src/acquire.rs`),
+//! (`src/waiting/fair/*.lua`), the clients' `lock()` calls (`src/waiting/fair/`, `src/waiting/acquire.rs`),
 //! the network between them, expiries and crashes.
 //!
 //! One lock name. Every node runs each script atomically; a message may be delayed past any number
@@ -297,7 +297,7 @@ fn insert_sorted(msgs: &mut Vec<Msg>, msg: Msg) {
     }
 }
 
-/// What a waiter knows of one node (`Standing` in `src/waiting/fair.rs`: `granted`, or `renewed`
+/// What a waiter knows of one node (`Standing` in `src/waiting/fair/standing.rs`: `granted`, or `renewed`
 /// with `tickets`, or neither).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Known {
@@ -315,7 +315,7 @@ pub enum Next {
     Retreat,
 }
 
-/// A waiter's standing, as `Standing` in `src/waiting/fair.rs` keeps it (times aside).
+/// A waiter's standing, as `Standing` in `src/waiting/fair/standing.rs` keeps it (times aside).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Standing {
     pub known: [Known; NODES],
@@ -733,7 +733,7 @@ impl Model for FairModel {
                 let same_value = self.variant == Variant::SameValueAfterRetreat;
                 if s.net.releasing(client.value(c)) || !same_value {
                     // A fresh value: a release that timed out somewhere cannot land on the next
-                    // round's keys (src/acquire.rs), and hand-offs to the old value, which the
+                    // round's keys (src/waiting/acquire.rs), and hand-offs to the old value, which the
                     // retreat gave back, no longer count (`Turn::rename`), however late their
                     // notices come.
                     client.attempt += 1;

@@ -1,0 +1,206 @@
+//! A held lock, as the engine keeps it: its value, token and validity, the calls of its value
+//! still in flight, and the extend and release every primitive's lock shares. The public
+//! [`Lock`](crate::Lock) is a shared handle on one.
+
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
+
+use crate::engine::fanout::{self, Stragglers};
+use crate::engine::quorum::{deadline, validity, whole_millis};
+use crate::engine::request::{Delivery, Op, Request};
+use crate::engine::resource::Resource;
+use crate::engine::settings::Plan;
+use crate::engine::value::check_value;
+use crate::error::Error;
+
+/// A lock held on a quorum of nodes. Dropped without a release, it releases in the background on
+/// the current tokio runtime (best effort, never blocking).
+pub(crate) struct Held {
+    resource: Resource,
+    value: Arc<str>,
+    /// The fencing token, when the primitive has fencing on.
+    token: Option<u64>,
+    state: std::sync::Mutex<State>,
+}
+
+struct State {
+    valid_until: Instant,
+    unlocked: bool,
+    /// Calls of this lock's value still in flight (fail-fast): of the acquire, or of an unlock
+    /// that failed. Cancelled before the next extend or release.
+    stragglers: Option<Stragglers>,
+}
+
+impl Held {
+    pub(crate) fn new(
+        resource: Resource,
+        value: Arc<str>,
+        valid_until: Instant,
+        stragglers: Option<Stragglers>,
+        token: Option<u64>,
+    ) -> Held {
+        Held {
+            resource,
+            value,
+            token,
+            state: std::sync::Mutex::new(State {
+                valid_until,
+                unlocked: false,
+                stragglers,
+            }),
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.state().valid_until
+    }
+
+    pub(crate) fn value(&self) -> &str {
+        &self.value
+    }
+
+    pub(crate) fn token(&self) -> Option<u64> {
+        self.token
+    }
+
+    /// What the lock covers, and its settings.
+    pub(crate) fn resource(&self) -> &Resource {
+        &self.resource
+    }
+
+    /// The first name, for traces.
+    fn name(&self) -> &str {
+        self.resource.name()
+    }
+
+    /// Compare-and-extend on every node; moves the validity on success (see `Lock::extend`).
+    pub(crate) async fn extend(&self) -> Result<(), Error> {
+        let plan = self.prepare()?;
+        // A release of a failed unlock must not land after this extend.
+        self.cancel_in_flight();
+        let resource = &self.resource;
+        let request = Request::new(Op::Extend, resource.target(), &self.value, plan.millis);
+        let start = Instant::now();
+        let tally = fanout::all(
+            resource.nodes(),
+            request,
+            plan.node_timeout,
+            plan.shuffle_nodes,
+        )
+        .await;
+        let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
+        let (ok, total) = (tally.ours, tally.total);
+        let judged = tally.judge_extend(left);
+        match &judged {
+            Ok(left) => tracing::debug!(
+                name = self.name(),
+                ok,
+                total,
+                valid_for_ms = whole_millis(*left),
+                "extended"
+            ),
+            Err(error) => tracing::debug!(name = self.name(), ok, total, %error, "extend failed"),
+        }
+        let mut state = self.state();
+        // A clone unlocked while this extend was in flight: say so, rather than report the keys
+        // that unlock deleted as an expired lock.
+        if state.unlocked {
+            return Err(Error::Unlocked);
+        }
+        state.valid_until = deadline(start, judged?);
+        Ok(())
+    }
+
+    /// Compare-and-delete on every node (see `Lock::unlock`).
+    pub(crate) async fn release(&self) -> Result<(), Error> {
+        let plan = self.prepare()?;
+        {
+            let mut state = self.state();
+            // From here on some nodes may have let go: whatever the outcome, this handle no longer
+            // proves ownership, so its validity ends now.
+            state.valid_until = state.valid_until.min(Instant::now());
+        }
+        // No SET of this lock may land after its release.
+        self.cancel_in_flight();
+        let resource = &self.resource;
+        let (nodes, target, value) = (resource.nodes(), resource.target(), &self.value);
+        let (tally, in_flight) = if plan.fail_fast {
+            fanout::release_until_decided(nodes, target, value, plan).await
+        } else {
+            let (nodes, target, value) = (Arc::clone(nodes), Arc::clone(target), Arc::clone(value));
+            let tally = fanout::release(nodes, target, value, plan, Delivery::ByDigest).await;
+            (tally, None)
+        };
+        let (ok, total) = (tally.ours, tally.total);
+        let judged = tally.judge_release();
+        match &judged {
+            Ok(()) => tracing::debug!(name = self.name(), ok, total, "unlocked"),
+            Err(error) => tracing::debug!(name = self.name(), ok, total, %error, "unlock failed"),
+        }
+        let mut state = self.state();
+        // A clone unlocked while this call was in flight: the lock is released either way.
+        if state.unlocked {
+            return Err(Error::Unlocked);
+        }
+        if let Err(error) = judged {
+            // Not unlocked, so an extend or unlock may follow: the releases still in flight must
+            // not land after it. (After success nothing of this value is sent again.)
+            if let Some(previous) = std::mem::replace(&mut state.stragglers, in_flight) {
+                previous.cancel();
+            }
+            return Err(error);
+        }
+        state.unlocked = true;
+        Ok(())
+    }
+
+    pub(crate) fn is_unlocked(&self) -> bool {
+        self.state().unlocked
+    }
+
+    /// Stops the calls of this lock's value still in flight (fail-fast), so that none of them
+    /// lands after the operation that follows (see `fanout::Stragglers`).
+    fn cancel_in_flight(&self) {
+        let stragglers = self.state().stragglers.take();
+        if let Some(stragglers) = stragglers {
+            stragglers.cancel();
+        }
+    }
+
+    /// Checks everything that needs no I/O.
+    fn prepare(&self) -> Result<&Plan, Error> {
+        let plan = self.resource.plan()?;
+        check_value(&self.value)?;
+        if self.state().unlocked {
+            return Err(Error::Unlocked);
+        }
+        Ok(plan)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is plain data updated in single assignments; a panic elsewhere cannot leave it
+        // half-written, so a poisoned mutex is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(stragglers) = state.stragglers.take() {
+            stragglers.cancel();
+        }
+        if state.unlocked || check_value(&self.value).is_err() {
+            return;
+        }
+        let Ok(plan) = self.resource.plan() else {
+            return;
+        };
+        fanout::spawn_release(
+            Arc::clone(self.resource.nodes()),
+            Arc::clone(self.resource.target()),
+            Arc::clone(&self.value),
+            plan,
+        );
+    }
+}

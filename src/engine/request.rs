@@ -1,0 +1,342 @@
+//! One call to one node: what a request sends, and how its reply reads (bounded by the fan-out
+//! that makes it).
+
+use std::borrow::{Borrow, BorrowMut};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Pipeline, Value};
+
+use crate::engine::tally::Tally;
+use crate::engine::target::Target;
+use crate::error::NodeErrorKind;
+use crate::nodes::connection::{NodeConnection, Packed};
+use crate::nodes::version::Needs;
+
+/// What a request does to the lock's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Take the lock where it is free (`SET name value NX PX expiry` for a mutex).
+    Acquire,
+    /// Compare-and-PEXPIRE.
+    Extend,
+    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `hub`); with
+    /// `hand_off`, also leave the fair line and hand the lock to its head (see `waiting::fair`).
+    Release { notify: bool, hand_off: bool },
+    /// Acquire that also reads the fencing counter.
+    AcquireFenced,
+    /// Raise the fencing counter to a token where our value holds the lock.
+    Raise(u64),
+    /// A fair waiter's round: take the lock if it is our turn, else join the line with this
+    /// ticket, or renew our place in it.
+    Round { ticket: u64 },
+    /// A fair mutex's first try while its client saw no contention on the name: a plain `SET NX`,
+    /// and whether anybody stands in line there (see `waiting::fair`).
+    Enter,
+}
+
+/// How a script travels to the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// EVALSHA, falling back to EVAL on NOSCRIPT: the fast path, for calls whose replies are read.
+    ByDigest,
+    /// EVAL with the script's text. For releases nobody may wait for (cleanup after a failed or
+    /// cancelled attempt, dropped locks): when a call to a paused node times out, the fallback on
+    /// NOSCRIPT is never sent, so the queued request must work on its own once the node resumes.
+    Inline,
+}
+
+/// What a request sends to a node.
+enum Message {
+    One(Cmd),
+    /// Commands sent in one write, answered in order (see `Target::entry`).
+    Pipeline(Pipeline),
+}
+
+/// One command (or pipeline), built once and sent to every node.
+pub(crate) struct Request {
+    op: Op,
+    /// What the node must be able to run (see `nodes::version`).
+    needs: &'static Needs,
+    delivery: Delivery,
+    message: Message,
+    target: Arc<dyn Target>,
+    value: Arc<str>,
+    millis: u64,
+}
+
+impl Request {
+    pub(crate) fn new(op: Op, target: &Arc<dyn Target>, value: &Arc<str>, millis: u64) -> Self {
+        Request::with_delivery(op, target, value, millis, Delivery::ByDigest)
+    }
+
+    pub(crate) fn with_delivery(
+        op: Op,
+        target: &Arc<dyn Target>,
+        value: &Arc<str>,
+        millis: u64,
+        delivery: Delivery,
+    ) -> Self {
+        let message = match target.entry(op, value, millis) {
+            Some(pipeline) => Message::Pipeline(pipeline),
+            None => Message::One(target.command(op, delivery, value, millis)),
+        };
+        Request {
+            op,
+            needs: target.needs(op),
+            delivery,
+            message,
+            target: Arc::clone(target),
+            value: Arc::clone(value),
+            millis,
+        }
+    }
+
+    /// An empty tally for this request's replies from `nodes` nodes (see `Target::tally`).
+    pub(crate) fn tally(&self, nodes: usize) -> Tally {
+        self.target.tally(nodes)
+    }
+
+    /// Whether the tally must list which nodes said "ours": for a fenced acquisition (which nodes
+    /// counted into the token) and for a fair round (where we stand).
+    pub(crate) fn tracks_nodes(&self) -> bool {
+        matches!(self.op, Op::AcquireFenced | Op::Raise(_) | Op::Round { .. })
+    }
+
+    /// What the request does, for traces.
+    pub(crate) fn op_name(&self) -> &'static str {
+        match self.op {
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => "acquire",
+            Op::Extend => "extend",
+            Op::Release { .. } => "release",
+            Op::Raise(_) => "raise",
+        }
+    }
+
+    /// The same script sent in full, for a node that does not have it cached (NOSCRIPT). `None`
+    /// when the command is no script.
+    fn eval_cmd(&self) -> Option<Cmd> {
+        self.target.is_script(self.op).then(|| {
+            self.target
+                .command(self.op, Delivery::Inline, &self.value, self.millis)
+        })
+    }
+
+    /// After a release by digest timed out: the EVALSHA may still be queued at a stalled node, which
+    /// will answer NOSCRIPT if it lost its script cache, and nobody is left to send the fallback.
+    /// An EVAL queued behind it on the same connection releases the key either way (and finds
+    /// nothing to do if the first one did). Bounded by the expiry, after which the key is gone.
+    pub(crate) fn follow_up(&self, mut connection: NodeConnection) {
+        if !matches!(self.op, Op::Release { .. }) || self.delivery != Delivery::ByDigest {
+            return;
+        }
+        let (Some(eval), Ok(runtime)) = (self.eval_cmd(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let (bound, needs) = (Duration::from_millis(self.millis), self.needs);
+        runtime.spawn(async move {
+            let sent = connection.send_for(needs, Packed::One(&eval));
+            let _ = tokio::time::timeout(bound, sent).await;
+        });
+    }
+
+    /// Reads a node's reply as "ours" (with the fencing counter, 0 where not asked for), "taken",
+    /// "missing" or a failure.
+    ///
+    /// One convention for every target: a plain SET answers OK or nil; an acquire script answers
+    /// the fencing counter (0 or more) when it took the lock and -1 when another owner holds it;
+    /// every other script answers 1 when it acted on our value, 0 when the key is gone and -1 when
+    /// it holds another owner's value. A script that refuses for any other reason answers an error.
+    fn interpret(&self, reply: Value) -> Result<u64, NodeErrorKind> {
+        match (self.op, reply) {
+            (Op::Acquire, Value::Okay) => Ok(0),
+            (Op::Acquire, Value::Nil) => Err(NodeErrorKind::Taken),
+            (Op::Acquire | Op::AcquireFenced, Value::Int(-1)) => Err(NodeErrorKind::Taken),
+            (Op::Acquire | Op::AcquireFenced, Value::Int(counter)) if counter >= 0 => {
+                Ok(counter.unsigned_abs())
+            }
+            (Op::Enter, Value::Array(reply)) => match reply.as_slice() {
+                [Value::Okay, Value::Int(0)] => Ok(0),
+                [Value::Okay, Value::Int(1)] => Err(NodeErrorKind::LineAhead),
+                [Value::Nil, Value::Int(_)] => Err(NodeErrorKind::Taken),
+                _ => match reply
+                    .iter()
+                    .find_map(|reply| reply.clone().extract_error().err())
+                {
+                    Some(error) => Err(NodeErrorKind::Redis(error)),
+                    None => Err(NodeErrorKind::UnexpectedReply(describe(&Value::Array(
+                        reply,
+                    )))),
+                },
+            },
+            (Op::Round { .. }, Value::Array(reply)) if reply.len() == 2 => {
+                match (&reply[0], &reply[1]) {
+                    (Value::Int(1), _) => Ok(0),
+                    (Value::Int(0), Value::Int(ticket)) if *ticket > 0 => {
+                        Err(NodeErrorKind::InLine {
+                            ticket: ticket.unsigned_abs(),
+                        })
+                    }
+                    _ => Err(NodeErrorKind::UnexpectedReply(describe(&Value::Array(
+                        reply,
+                    )))),
+                }
+            }
+            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(1)) => Ok(0),
+            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(0)) => {
+                Err(NodeErrorKind::Missing)
+            }
+            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(-1)) => {
+                Err(NodeErrorKind::Taken)
+            }
+            (_, Value::ServerError(error)) => Err(NodeErrorKind::Redis(error.into())),
+            // An error nested in an aggregate (say, from a proxy) is still the node's error.
+            (_, other) => match other.extract_error() {
+                Err(error) => Err(NodeErrorKind::Redis(error)),
+                Ok(other) => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
+            },
+        }
+    }
+}
+
+/// A short description of an unexpected reply; long replies are cut so errors stay readable.
+fn describe(reply: &Value) -> String {
+    const LIMIT: usize = 120;
+    let mut text = format!("{reply:?}");
+    if text.len() > LIMIT {
+        let mut end = LIMIT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}
+
+/// Sends `request` to one node and reads the reply. Unbounded: the fan-out that starts the call
+/// races it against its deadline (see `fanout`). One async layer only, for the reason given at
+/// `NodeConnection::send`; generic so that calls which borrow their connection and request and
+/// calls which own them (to outlive their fan-out) need no wrapper around it.
+pub(crate) async fn call(
+    mut connection: impl BorrowMut<NodeConnection>,
+    request: impl Borrow<Request>,
+) -> Result<u64, NodeErrorKind> {
+    let (connection, request) = (connection.borrow_mut(), request.borrow());
+    let packed = match &request.message {
+        Message::One(cmd) => Packed::One(cmd),
+        Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
+    };
+    let reply = match connection.send_for(request.needs, packed).await? {
+        // EVAL also caches the script, so later EVALSHA calls to this node find it.
+        Value::ServerError(error) if error.code() == "NOSCRIPT" => match request.eval_cmd() {
+            Some(eval) => {
+                connection
+                    .send_for(request.needs, Packed::One(&eval))
+                    .await?
+            }
+            None => Value::ServerError(error),
+        },
+        reply => reply,
+    };
+    request.interpret(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::engine::target::tests::OneName;
+
+    fn request(op: Op) -> Request {
+        let target: Arc<dyn Target> = Arc::new(OneName::new("name"));
+        Request::new(op, &target, &Arc::from("value"), 8000)
+    }
+
+    #[test]
+    fn replies_map_to_outcomes() {
+        let acquire = request(Op::Acquire);
+        assert!(acquire.interpret(Value::Okay).is_ok());
+        assert!(matches!(
+            acquire.interpret(Value::Nil),
+            Err(NodeErrorKind::Taken)
+        ));
+        for op in [
+            Op::Extend,
+            Op::Release {
+                notify: false,
+                hand_off: false,
+            },
+        ] {
+            let r = request(op);
+            assert!(r.interpret(Value::Int(1)).is_ok());
+            assert!(matches!(
+                r.interpret(Value::Int(0)),
+                Err(NodeErrorKind::Missing)
+            ));
+            assert!(matches!(
+                r.interpret(Value::Int(-1)),
+                Err(NodeErrorKind::Taken)
+            ));
+            assert!(matches!(
+                r.interpret(Value::Okay),
+                Err(NodeErrorKind::UnexpectedReply(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn error_replies_are_redis_errors() {
+        // The node's own errors arrive as values (see `NodeConnection::send`).
+        let reply = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
+        let nested = Value::Array(vec![Value::Int(1), reply.clone()]);
+        for op in [
+            Op::Acquire,
+            Op::Extend,
+            Op::Release {
+                notify: true,
+                hand_off: false,
+            },
+        ] {
+            for reply in [&reply, &nested] {
+                match request(op).interpret(reply.clone()) {
+                    Err(NodeErrorKind::Redis(error)) => assert_eq!(error.code(), Some("WRONGTYPE")),
+                    other => panic!("{op:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_entry_is_ours_only_where_nobody_stands_in_line() {
+        let entry = request(Op::Enter);
+        let reply = |set: Value, line: i64| Value::Array(vec![set, Value::Int(line)]);
+        assert!(entry.interpret(reply(Value::Okay, 0)).is_ok());
+        assert!(matches!(
+            entry.interpret(reply(Value::Okay, 1)),
+            Err(NodeErrorKind::LineAhead)
+        ));
+        for line in [0, 1] {
+            assert!(matches!(
+                entry.interpret(reply(Value::Nil, line)),
+                Err(NodeErrorKind::Taken)
+            ));
+        }
+        let refused = redis::parse_redis_value(b"-NOPERM no permissions\r\n").unwrap();
+        match entry.interpret(Value::Array(vec![refused, Value::Int(0)])) {
+            Err(NodeErrorKind::Redis(error)) => assert_eq!(error.code(), Some("NOPERM")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            entry.interpret(Value::Okay),
+            Err(NodeErrorKind::UnexpectedReply(_))
+        ));
+    }
+
+    #[test]
+    fn long_unexpected_replies_are_cut() {
+        let reply = Value::BulkString(vec![b'x'; 10_000]);
+        assert!(describe(&reply).len() <= 123);
+    }
+}

@@ -1,0 +1,286 @@
+//! A mutex's settings: defaults, and the rules that make them valid.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::delay::RetryDelay;
+use crate::engine::quorum::expiry_millis;
+use crate::engine::request::Op;
+use crate::engine::target::Target;
+use crate::engine::value::check_value;
+use crate::error::Error;
+
+/// Default time a lock is held before the nodes drop it: 8 s.
+pub(crate) const DEFAULT_EXPIRY: Duration = Duration::from_secs(8);
+/// Default number of attempts `lock()` makes.
+pub(crate) const DEFAULT_TRIES: u32 = 32;
+/// Default clock drift allowance, as a fraction of the expiry.
+pub(crate) const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default per-node timeout, as a fraction of the expiry.
+pub(crate) const DEFAULT_TIMEOUT_FACTOR: f64 = 0.05;
+/// The longest expiry accepted. Locks are leases, not storage; the bound also keeps every
+/// `Instant + Duration` in range.
+pub(crate) const MAX_EXPIRY: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Generates lock values.
+pub(crate) type ValueFn = Arc<dyn Fn() -> String + Send + Sync>;
+
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub expiry: Duration,
+    pub tries: u32,
+    pub retry_delay: RetryDelay,
+    pub drift_factor: f64,
+    pub timeout_factor: f64,
+    pub fail_fast: bool,
+    pub shuffle_nodes: bool,
+    pub fencing: bool,
+    pub wake_on_release: bool,
+    pub fair: bool,
+    pub value_fn: Option<ValueFn>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            expiry: DEFAULT_EXPIRY,
+            tries: DEFAULT_TRIES,
+            retry_delay: RetryDelay::default(),
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            timeout_factor: DEFAULT_TIMEOUT_FACTOR,
+            fail_fast: false,
+            shuffle_nodes: false,
+            fencing: false,
+            wake_on_release: false,
+            fair: false,
+            value_fn: None,
+        }
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("expiry", &self.expiry)
+            .field("tries", &self.tries)
+            .field("retry_delay", &self.retry_delay)
+            .field("drift_factor", &self.drift_factor)
+            .field("timeout_factor", &self.timeout_factor)
+            .field("fail_fast", &self.fail_fast)
+            .field("shuffle_nodes", &self.shuffle_nodes)
+            .field("fencing", &self.fencing)
+            .field("wake_on_release", &self.wake_on_release)
+            .field("fair", &self.fair)
+            .field("value_fn", &self.value_fn.as_ref().map(|_| "fn"))
+            .finish()
+    }
+}
+
+/// Settings checked and turned into what the algorithm uses.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// The expiry as sent on the wire; validity is computed from this, not from the setting.
+    pub expiry: Duration,
+    /// The same, in the milliseconds Redis takes.
+    pub millis: u64,
+    /// The bound on each node call.
+    pub node_timeout: Duration,
+    pub tries: u32,
+    pub retry_delay: RetryDelay,
+    pub drift_factor: f64,
+    pub fail_fast: bool,
+    pub shuffle_nodes: bool,
+    pub fencing: bool,
+    /// Waiting by release notices; implied by `fair`.
+    pub wake_on_release: bool,
+    /// Waiting in the fair line across clients (see `waiting::fair`).
+    pub fair: bool,
+}
+
+impl Plan {
+    /// The delay after attempt number `failed` (1-based), drawn from the thread-local generator.
+    pub(crate) fn retry_delay_after(&self, failed: u32) -> Duration {
+        self.retry_delay.after(failed, &mut rand::rng())
+    }
+
+    /// The retry delays after attempts 1 to `count`, added up: see `RetryDelay::total`.
+    pub(crate) fn retry_delays_total(&self, count: u32) -> Duration {
+        self.retry_delay.total(count, &mut rand::rng())
+    }
+
+    /// How this mutex releases: compare-and-delete, with a notice for waiters when they listen,
+    /// and a hand-off to the head of the line when they wait in it.
+    pub(crate) fn release_op(&self) -> Op {
+        Op::Release {
+            notify: self.wake_on_release,
+            hand_off: self.fair,
+        }
+    }
+}
+
+impl Settings {
+    /// Checks every rule, so that nothing invalid ever reaches a node.
+    pub(crate) fn plan(&self, target: &dyn Target) -> Result<Plan, Error> {
+        target.check()?;
+        if self.fencing {
+            target.check_fencing()?;
+        }
+        if self.fair && !target.has_line() {
+            return Err(Error::config(
+                "fair",
+                "fair waiting is for a mutex over one name only",
+            ));
+        }
+        if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
+            return Err(Error::config(
+                "expiry",
+                format!("must be between 1ms and 365 days, got {:?}", self.expiry),
+            ));
+        }
+        if self.tries == 0 {
+            return Err(Error::config("tries", "must be at least 1"));
+        }
+        // Written so that NaN fails too.
+        if !(self.drift_factor >= 0.0 && self.drift_factor < 1.0) {
+            return Err(Error::config(
+                "drift_factor",
+                format!("must be in [0, 1), got {}", self.drift_factor),
+            ));
+        }
+        if !(self.timeout_factor > 0.0 && self.timeout_factor < 1.0) {
+            return Err(Error::config(
+                "timeout_factor",
+                format!("must be in (0, 1), got {}", self.timeout_factor),
+            ));
+        }
+        if self.fair && self.fencing {
+            return Err(Error::config(
+                "fair",
+                "fair waiting does not hand out fencing tokens yet; use one or the other",
+            ));
+        }
+        let millis = expiry_millis(self.expiry);
+        let expiry = Duration::from_millis(millis);
+        Ok(Plan {
+            expiry,
+            millis,
+            node_timeout: expiry.mul_f64(self.timeout_factor),
+            tries: self.tries,
+            retry_delay: self.retry_delay.clone(),
+            drift_factor: self.drift_factor,
+            fail_fast: self.fail_fast,
+            shuffle_nodes: self.shuffle_nodes,
+            fencing: self.fencing,
+            wake_on_release: self.wake_on_release || self.fair,
+            fair: self.fair,
+        })
+    }
+
+    /// A value for a new acquisition.
+    pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
+        match &self.value_fn {
+            Some(f) => {
+                let value = f();
+                check_value(&value)?;
+                Ok(value.into())
+            }
+            // Never empty.
+            None => Ok(crate::engine::value::random_value()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::target::tests::OneName;
+    use crate::engine::value::READERS_MARKER;
+
+    fn target(name: &str) -> OneName {
+        OneName::new(name)
+    }
+
+    fn field(result: Result<Plan, Error>) -> String {
+        match result {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_redsync() {
+        let plan = Settings::default()
+            .plan(&target("name"))
+            .expect("defaults are valid");
+        assert_eq!(plan.expiry, Duration::from_secs(8));
+        assert_eq!(plan.millis, 8000);
+        assert_eq!(plan.node_timeout, Duration::from_millis(400));
+        assert_eq!(plan.tries, 32);
+        assert_eq!(plan.drift_factor, 0.01);
+        assert!(!plan.fail_fast && !plan.shuffle_nodes);
+    }
+
+    #[test]
+    fn every_rule_names_its_field() {
+        let with = |f: fn(&mut Settings)| {
+            let mut s = Settings::default();
+            f(&mut s);
+            s
+        };
+        assert_eq!(field(Settings::default().plan(&target(""))), "name");
+        for bad in [Duration::ZERO, Duration::from_micros(999), MAX_EXPIRY * 2] {
+            let s = Settings {
+                expiry: bad,
+                ..Settings::default()
+            };
+            assert_eq!(field(s.plan(&target("n"))), "expiry", "{bad:?}");
+        }
+        assert_eq!(field(with(|s| s.tries = 0).plan(&target("n"))), "tries");
+        for bad in [-0.1, 1.0, 2.0, f64::NAN, f64::INFINITY] {
+            let s = Settings {
+                drift_factor: bad,
+                ..Settings::default()
+            };
+            assert_eq!(field(s.plan(&target("n"))), "drift_factor", "{bad}");
+        }
+        for bad in [0.0, -1.0, 1.0, f64::NAN] {
+            let s = Settings {
+                timeout_factor: bad,
+                ..Settings::default()
+            };
+            assert_eq!(field(s.plan(&target("n"))), "timeout_factor", "{bad}");
+        }
+    }
+
+    #[test]
+    fn boundary_values_are_accepted() {
+        let s = Settings {
+            expiry: Duration::from_millis(1),
+            drift_factor: 0.0,
+            timeout_factor: 0.999,
+            tries: 1,
+            ..Settings::default()
+        };
+        assert!(s.plan(&target("n")).is_ok());
+        let s = Settings {
+            expiry: MAX_EXPIRY,
+            ..Settings::default()
+        };
+        assert!(s.plan(&target("n")).is_ok());
+    }
+
+    #[test]
+    fn empty_values_are_rejected() {
+        let s = Settings {
+            value_fn: Some(Arc::new(String::new)),
+            ..Settings::default()
+        };
+        assert!(matches!(s.new_value(), Err(Error::Config { field, .. }) if field == "value"));
+        let s = Settings {
+            value_fn: Some(Arc::new(|| READERS_MARKER.to_owned())),
+            ..Settings::default()
+        };
+        assert!(matches!(s.new_value(), Err(Error::Config { field, .. }) if field == "value"));
+    }
+}

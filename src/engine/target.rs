@@ -1,0 +1,231 @@
+//! What a lock covers on every node, as the engine sees it: a [`Target`].
+//!
+//! Every primitive is a `Target` (see `primitives`): a mutex over one name, a mutex over several,
+//! either side of a read-write lock, a semaphore. The fan-out, the tally, validity, the release of
+//! failed attempts and the held record are shared; a target says which names it covers, how many
+//! nodes' agreement makes a quorum, and which command each operation sends to a node. Replies
+//! follow one convention for all of them (see `request::Request::interpret`).
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use redis::{Cmd, Pipeline};
+
+use crate::engine::quorum::quorum;
+use crate::engine::request::{Delivery, Op};
+use crate::engine::tally::Tally;
+use crate::error::Error;
+use crate::nodes::script::Script;
+use crate::nodes::version::Needs;
+
+/// The keys a lock covers on every node and the rules that go with them: what the engine asks of
+/// a primitive. Default methods are what most primitives share.
+pub(crate) trait Target: fmt::Debug + Send + Sync {
+    /// Every name the lock covers, without duplicates, in the order given; never empty but for a
+    /// multi-name lock over an empty list, which [`check`](Target::check) refuses before any I/O.
+    fn names(&self) -> &[Arc<str>];
+
+    /// The first name: the only one for single-name targets, and the one traces show.
+    fn first(&self) -> &Arc<str> {
+        self.names().first().unwrap_or(&NO_NAME)
+    }
+
+    /// How many of `nodes` nodes must agree. A majority for the locks: two majorities share a
+    /// node, where the second acquire script saw what the first left (see the README).
+    fn quorum(&self, nodes: usize) -> usize {
+        quorum(nodes)
+    }
+
+    /// An empty tally for a request to `nodes` nodes, counting against this target's quorum.
+    fn tally(&self, nodes: usize) -> Tally {
+        Tally::new(nodes, self.quorum(nodes))
+    }
+
+    /// Checks what needs no I/O: names that cannot be keys, or that could be another name's
+    /// auxiliary keys, and the primitive's own numbers.
+    fn check(&self) -> Result<(), Error>;
+
+    /// Whether holders may get fencing tokens. A token orders one holder after the next; holders
+    /// side by side could not be told from a stale one by a smaller token (a live one may carry a
+    /// smaller token too), so those refuse fencing here.
+    fn check_fencing(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// Whether waiters can wait in a fair line on the nodes (see `waiting::fair`): only where the
+    /// line's scripts can hand the target's one key from holder to waiter.
+    fn has_line(&self) -> bool {
+        false
+    }
+
+    /// A one-command check on one node whether `name` (one of the target's) is in use there, for
+    /// a woken waiter deciding whether an attempt is worth it: the command, and the reply (an
+    /// integer) from which on it is in use; `None` when no single command can tell. By default,
+    /// whether the name's key exists.
+    fn probe(&self, name: &str) -> Option<(Cmd, i64)> {
+        let mut cmd = Cmd::with_capacity(2, 8 + name.len());
+        cmd.arg("EXISTS").arg(name);
+        Some((cmd, 1))
+    }
+
+    /// What a node must run for `op` on this target (see `nodes::version`): which primitive the
+    /// operation counts as for the version gate.
+    fn needs(&self, op: Op) -> &'static Needs;
+
+    /// Whether `op` is sent as a script (and so may need the EVAL fallback on NOSCRIPT).
+    fn is_script(&self, _op: Op) -> bool {
+        true
+    }
+
+    /// The command of `op` for this target: a plain command, or a script sent as `delivery` says.
+    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd;
+
+    /// The pipeline of `op` where it is one (sent in one write, answered as one array), instead
+    /// of [`command`](Target::command). None by default.
+    fn entry(&self, _op: Op, _value: &str, _millis: u64) -> Option<Pipeline> {
+        None
+    }
+}
+
+/// The first name of a target without names (refused by `check`), so that reading it never panics.
+static NO_NAME: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
+
+/// How a script travels: by digest (`EVALSHA`), or in full (`EVAL`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Verb {
+    EvalSha,
+    Eval,
+}
+
+impl From<Delivery> for Verb {
+    fn from(delivery: Delivery) -> Verb {
+        match delivery {
+            Delivery::ByDigest => Verb::EvalSha,
+            Delivery::Inline => Verb::Eval,
+        }
+    }
+}
+
+impl Verb {
+    /// The command's first word.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Verb::EvalSha => "EVALSHA",
+            Verb::Eval => "EVAL",
+        }
+    }
+
+    /// The script's text for EVAL, its digest for EVALSHA.
+    pub(crate) fn script(self, script: &Script) -> &'static str {
+        match self {
+            Verb::EvalSha => script.digest(),
+            Verb::Eval => script.text(),
+        }
+    }
+}
+
+/// Writes a target as `Debug` shows every one: its kind, its names and, for a writer, how long
+/// its mark lives.
+pub(crate) fn debug(
+    f: &mut fmt::Formatter<'_>,
+    kind: fmt::Arguments<'_>,
+    names: &[Arc<str>],
+    mark_millis: Option<u64>,
+) -> fmt::Result {
+    f.debug_struct("Target")
+        .field("kind", &kind)
+        .field("names", &names)
+        .field("mark_ms", &mark_millis)
+        .finish()
+}
+
+/// A target for the engine's own tests: one name, `SET NX PX` to acquire and a script (the
+/// mutex's extend, as a stand-in) for every other operation.
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    const NEEDS: Needs = Needs::new(
+        "test locks",
+        crate::nodes::version::Version::new(2, 6, 12),
+        "2.6.12",
+    );
+    /// Never sent: the tests only read the commands built with it.
+    const SCRIPT: Script = Script::new(
+        "test.lua",
+        "\nreturn 1\n",
+        "193cde15ebb0d8c62558e5f95c238b87e60b3992",
+    );
+
+    #[derive(Debug)]
+    pub(crate) struct OneName([Arc<str>; 1]);
+
+    impl OneName {
+        pub(crate) fn new(name: &str) -> OneName {
+            OneName([Arc::from(name)])
+        }
+    }
+
+    impl Target for OneName {
+        fn names(&self) -> &[Arc<str>] {
+            &self.0
+        }
+
+        fn check(&self) -> Result<(), Error> {
+            if self.0[0].is_empty() {
+                return Err(Error::config("name", "must not be empty"));
+            }
+            Ok(())
+        }
+
+        fn needs(&self, _op: Op) -> &'static Needs {
+            &NEEDS
+        }
+
+        fn is_script(&self, op: Op) -> bool {
+            op != Op::Acquire
+        }
+
+        fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
+            let mut cmd = Cmd::new();
+            if op == Op::Acquire {
+                cmd.arg("SET")
+                    .arg(&*self.0[0])
+                    .arg(value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(millis);
+            } else {
+                let verb = Verb::from(delivery);
+                cmd.arg(verb.word())
+                    .arg(verb.script(&SCRIPT))
+                    .arg(1)
+                    .arg(&*self.0[0])
+                    .arg(value);
+            }
+            cmd
+        }
+    }
+
+    #[test]
+    fn a_target_without_names_has_an_empty_first_name() {
+        #[derive(Debug)]
+        struct NoNames;
+        impl Target for NoNames {
+            fn names(&self) -> &[Arc<str>] {
+                &[]
+            }
+            fn check(&self) -> Result<(), Error> {
+                Err(Error::config("names", "must not be empty"))
+            }
+            fn needs(&self, _op: Op) -> &'static Needs {
+                &NEEDS
+            }
+            fn command(&self, _: Op, _: Delivery, _: &str, _: u64) -> Cmd {
+                Cmd::new()
+            }
+        }
+        assert_eq!(NoNames.first().len(), 0, "no panic without names");
+        assert_eq!(OneName::new("n").quorum(5), 3);
+    }
+}

@@ -1,0 +1,215 @@
+//! The release-notice listeners: one pub/sub connection per node, whose notices go to a
+//! [`NoticeSink`] (the waiting layer's hub, which also owns the listeners: see
+//! `waiting::listeners`).
+//!
+//! A listener re-makes its connection after any failure, including a connection that could not be
+//! set up (refused credentials, `maxclients`) and one that went half-open: a subscribed connection
+//! receives nothing while no lock is released, so silence alone says nothing, and a `PING` every
+//! [`PING_INTERVAL`] that must be answered within [`LISTENER_TIMEOUT`] notices a dead one within
+//! the sum of the two. A release missed meanwhile costs its waiters at most their retry delay.
+
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use redis::aio::PubSubSink;
+use tokio::sync::{mpsc, oneshot};
+
+/// The pub/sub channel of a name's release notices is this prefix followed by the name. The
+/// scripts that publish spell it out too; a unit test keeps them equal.
+pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
+
+/// Bound on opening a listener connection and on each SUBSCRIBE, UNSUBSCRIBE or PING.
+const LISTENER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often a listener checks its connection with a PING.
+const PING_INTERVAL: Duration = Duration::from_secs(3);
+
+/// Pause before reconnecting a lost listener, doubled after each failed try up to the maximum.
+const RECONNECT_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// Where a node's listener delivers what it hears, and whom it asks what to listen for.
+pub(crate) trait NoticeSink: Send + Sync + 'static {
+    /// `node` published `payload` on the notice channel of `name`, heard at `at`.
+    fn notice(&self, node: usize, name: &str, payload: &[u8], at: Instant);
+    /// The channels to subscribe to after a listener (re)connected.
+    fn channels(&self) -> Vec<String>;
+    /// Called every `sweep_every` (see [`spawn`]) while the listener runs: time to forget names
+    /// nobody waits on.
+    fn sweep(&self);
+}
+
+/// Starts the listener of node `node` through `client` on `runtime`: it delivers to `sink` for as
+/// long as the sink lives, and takes its orders from `commands`.
+pub(crate) fn spawn<S: NoticeSink>(
+    runtime: &tokio::runtime::Handle,
+    node: usize,
+    client: redis::Client,
+    sink: Weak<S>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    sweep_every: Duration,
+) {
+    let listener = Listener {
+        node,
+        client,
+        sink,
+        commands,
+        sweep_every,
+    };
+    runtime.spawn(listener.run());
+}
+
+/// What the listener of one node is asked to do.
+pub(crate) enum Command {
+    /// Subscribe to a channel; the sender, if any, is told once the node confirmed it.
+    Subscribe(String, Option<oneshot::Sender<()>>),
+    Unsubscribe(String),
+}
+
+/// The pub/sub connection to one node, run as a task for as long as its sink lives.
+struct Listener<S> {
+    node: usize,
+    client: redis::Client,
+    sink: Weak<S>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    sweep_every: Duration,
+}
+
+/// Why a listener stopped serving.
+enum Stop {
+    /// The client was dropped (and its sink with it): the task ends.
+    SinkGone,
+    /// The connection was lost or could not be made; `served` if it had been working.
+    Lost { served: bool },
+}
+
+impl<S: NoticeSink> Listener<S> {
+    async fn run(mut self) {
+        let mut pause = RECONNECT_MIN;
+        loop {
+            match self.serve().await {
+                Stop::SinkGone => return,
+                Stop::Lost { served } => {
+                    if served {
+                        pause = RECONNECT_MIN;
+                    }
+                    tracing::debug!(node = self.node, ?pause, "release listener reconnecting");
+                    // Commands are dropped while the node is away (their confirmations read as
+                    // "not confirmed"), so a long outage does not pile them up: the
+                    // subscriptions are made again from the sink's channels after reconnecting.
+                    self.drain();
+                    tokio::time::sleep(pause).await;
+                    self.drain();
+                    pause = (pause * 2).min(RECONNECT_MAX);
+                }
+            }
+            if self.sink.strong_count() == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Takes every command waiting in the channel, returning the confirmations they asked for.
+    fn drain(&mut self) -> Vec<oneshot::Sender<()>> {
+        let mut confirmations = Vec::new();
+        while let Ok(command) = self.commands.try_recv() {
+            if let Command::Subscribe(_, Some(confirm)) = command {
+                confirmations.push(confirm);
+            }
+        }
+        confirmations
+    }
+
+    async fn serve(&mut self) -> Stop {
+        let connected = tokio::time::timeout(LISTENER_TIMEOUT, self.client.get_async_pubsub());
+        let Ok(Ok(pubsub)) = connected.await else {
+            return Stop::Lost { served: false };
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        // Commands that came while connecting are covered by the snapshot of names taken after
+        // them: a name to subscribe is in it, a name to unsubscribe is not.
+        let confirmations = self.drain();
+        let Some(channels) = self.sink.upgrade().map(|sink| sink.channels()) else {
+            return Stop::SinkGone;
+        };
+        if !channels.is_empty() && !bounded(sink.subscribe(&channels)).await {
+            return Stop::Lost { served: false };
+        }
+        for confirm in confirmations {
+            let _ = confirm.send(());
+        }
+        tracing::debug!(node = self.node, "release listener connected");
+        let mut sweep = tokio::time::interval(self.sweep_every);
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                message = stream.next() => {
+                    let Some(message) = message else {
+                        return Stop::Lost { served: true };
+                    };
+                    let Some(sink) = self.sink.upgrade() else {
+                        return Stop::SinkGone;
+                    };
+                    if let Some(name) = message.get_channel_name().strip_prefix(NOTICE_PREFIX) {
+                        let release = message.get_payload_bytes();
+                        sink.notice(self.node, name, release, Instant::now());
+                    }
+                }
+                command = self.commands.recv() => {
+                    let Some(command) = command else {
+                        return Stop::SinkGone;
+                    };
+                    if !apply(&mut sink, command).await {
+                        return Stop::Lost { served: true };
+                    }
+                }
+                _ = sweep.tick() => {
+                    let Some(sink) = self.sink.upgrade() else {
+                        return Stop::SinkGone;
+                    };
+                    sink.sweep();
+                }
+                _ = ping.tick() => {
+                    if !answers_ping(&mut sink).await {
+                        tracing::debug!(node = self.node, "release listener unanswered PING");
+                        return Stop::Lost { served: true };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends one command to the node; `false` if the connection failed it.
+async fn apply(sink: &mut PubSubSink, command: Command) -> bool {
+    match command {
+        Command::Subscribe(channel, confirm) => {
+            let subscribed = bounded(sink.subscribe(&channel)).await;
+            if let (true, Some(confirm)) = (subscribed, confirm) {
+                let _ = confirm.send(());
+            }
+            subscribed
+        }
+        Command::Unsubscribe(channel) => bounded(sink.unsubscribe(&channel)).await,
+    }
+}
+
+/// Whether the node answers a PING on the subscribed connection in time. An error reply (the
+/// user may not PING) still came back over the connection, so it counts as an answer.
+async fn answers_ping(sink: &mut PubSubSink) -> bool {
+    match tokio::time::timeout(LISTENER_TIMEOUT, sink.ping::<redis::Value>()).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(error)) => error.code().is_some(),
+        Err(_) => false,
+    }
+}
+
+async fn bounded(call: impl Future<Output = redis::RedisResult<()>>) -> bool {
+    matches!(
+        tokio::time::timeout(LISTENER_TIMEOUT, call).await,
+        Ok(Ok(()))
+    )
+}

@@ -1,0 +1,44 @@
+//! The connection layer: one node and the connection to it.
+//!
+//! Owns a node's connection ([`NodeConnection`](crate::NodeConnection): redmutex's own, which
+//! reconnects and replaces itself when it goes silent, or the caller's), the Redis version gate
+//! that refuses what a node is too old for, the pub/sub listeners that hear release notices, the
+//! Lua scripts as the nodes receive them, one-off questions to each node for the operator's
+//! tools, TLS and the redaction of credentials. Knows nothing of locks: what it sends is built
+//! above, and what it hears goes to a [`NoticeSink`](listener::NoticeSink) implemented above.
+//!
+//! Uses only `error`.
+
+use std::fmt;
+
+pub(crate) mod connection;
+mod health;
+pub(crate) mod listener;
+pub(crate) mod probe;
+mod reconnect;
+pub(crate) mod redact;
+pub(crate) mod script;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
+pub(crate) mod version;
+
+use connection::NodeConnection;
+
+pub(crate) use reconnect::address_of;
+
+/// A node of a [`Redlock`](crate::Redlock): its connection and a password-free address for messages.
+#[derive(Clone)]
+pub(crate) struct Node {
+    pub connection: NodeConnection,
+    /// The URL with its password redacted, or `None` for connections the caller built.
+    pub address: Option<String>,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.address {
+            Some(address) => f.write_str(address),
+            None => self.connection.fmt(f),
+        }
+    }
+}

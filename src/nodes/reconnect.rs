@@ -1,0 +1,463 @@
+//! redmutex's own connection to one node, for clients built from URLs or `redis::Client`s: made on
+//! first use, re-made after any failure, and replaced when it goes silent while a fresh
+//! connection to the same node answers.
+//!
+//! **Failures.** A connection whose I/O failed is dropped, and a new one is made at once in the
+//! background. A connection that could not be made (refused, timed out, or its set-up refused:
+//! wrong credentials, `maxclients` reached) is tried again on a later call, after a backoff that
+//! doubles from 50 ms to 1 s. A call that comes during the backoff fails at once with the error of
+//! the last attempt, so no call ever waits for the backoff: its own node timeout is the only bound
+//! on it, and it reports why the node is out rather than a bare timeout.
+//!
+//! **Silence.** A half-open connection shows no error; `health` says how one is found out and
+//! replaced, and why that is safe.
+//!
+//! **Why replacing needs that proof.** Each node's requests run in the order they were sent because
+//! they share one connection (see `engine::fanout::Stragglers`): a SET already sent runs before the release
+//! sent after it. A node that is merely stalled (SIGSTOP, a long script, a fork) also looks silent,
+//! but it cannot answer a fresh connection either, so it keeps its connection, and when it resumes
+//! it runs what was queued there, in order, before anything newer. And a suspect connection whose
+//! `PING` is answered has run everything queued before that `PING`, so it is kept too. What is left
+//! is a connection whose bytes do not reach the node while a fresh one's do: a flow that is dead
+//! for good (the requests queued on it never run), or, rarely, one whose packets the network still
+//! holds (TCP retransmitting after an outage that ended before the probe). Only in that last case
+//! can a request of the old connection run after newer ones; `README.md` (Fail-fast) says what that
+//! costs.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use futures::future::{FutureExt, Shared, join_all};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
+use tokio::sync::oneshot;
+
+use super::health::{Health, nanos_now, probe};
+use super::script::Script;
+use super::version::{Needs, ServerVersion, info_server, script_version};
+use crate::error::NodeErrorKind;
+
+/// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
+/// CLIENT SETINFO), our PING and the question of the node's version. Calls never wait this long (their node timeout bounds them); it
+/// only decides when an attempt that hangs is given up, so that a later call can start another.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Pause after a failed attempt to connect before the next one, doubled after each failure.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A connection to one node that remakes itself. Shared by every clone of its
+/// [`NodeConnection`](crate::NodeConnection).
+pub(crate) struct Reconnecting {
+    client: Client,
+    /// The node's address for traces, without credentials.
+    address: String,
+    /// Loaded into the node's cache on every new connection.
+    scripts: &'static [Script],
+    slot: Mutex<Slot>,
+}
+
+enum Slot {
+    /// No connection: none was needed yet, or the last one was lost or could not be made.
+    Idle {
+        /// Why the last attempt failed, and until when calls get that error instead of a new
+        /// attempt.
+        failed: Option<(RedisError, Instant)>,
+        /// The pause after the next failed attempt.
+        backoff: Duration,
+    },
+    /// An attempt in progress, shared by every call waiting for it.
+    Connecting(Pending),
+    Ready(Live),
+}
+
+/// The outcome of an attempt to connect, made by a task of its own and awaited by any number of
+/// calls. Only the task polls the attempt: a runtime that shuts down drops it (and a call on
+/// another runtime never polls I/O or timers of the dead one), which reads as [`abandoned`].
+type Pending = Shared<oneshot::Receiver<RedisResult<Live>>>;
+
+/// A connection that was made, and how it has been answering.
+#[derive(Clone)]
+pub(super) struct Live {
+    pub(super) connection: MultiplexedConnection,
+    pub(super) health: Arc<Health>,
+    /// What the node said of its version when this connection was made.
+    version: ServerVersion,
+}
+
+/// What a call sends: one command, or several pipelined.
+#[derive(Clone, Copy)]
+pub(crate) enum Packed<'a> {
+    One(&'a Cmd),
+    Pipeline(&'a Pipeline),
+}
+
+/// What a call gets to send on.
+enum Current {
+    Ready(Live),
+    Pending(Pending),
+    Failed(RedisError),
+}
+
+impl Reconnecting {
+    /// Makes nothing yet: the first call connects.
+    pub(crate) fn new(client: Client, scripts: &'static [Script]) -> Reconnecting {
+        Reconnecting {
+            address: address_of(&client),
+            client,
+            scripts,
+            slot: Mutex::new(Slot::Idle {
+                failed: None,
+                backoff: BACKOFF_MIN,
+            }),
+        }
+    }
+
+    /// Sends one command, connecting first if needed. Unbounded, like the redis crate's own
+    /// calls: the fan-out races it against the node timeout.
+    ///
+    /// Cancel safety: dropping the call before the connection is ready never sends the command
+    /// (the attempt to connect goes on in its own task); dropping it after hands the command to
+    /// the connection or not, as for a `MultiplexedConnection`.
+    pub(crate) async fn send(self: &Arc<Self>, cmd: &Cmd) -> RedisResult<Value> {
+        self.sending(Packed::One(cmd), |_| Ok(()), |error| error)
+            .await
+    }
+
+    /// Sends one command or a pipeline (whose replies come as an array) of a primitive that
+    /// `needs` a version, as [`send`](Self::send) does, unless the connection's node runs one too
+    /// old: then nothing is sent (see `version`).
+    pub(crate) async fn send_for(
+        self: &Arc<Self>,
+        needs: &'static Needs,
+        packed: Packed<'_>,
+    ) -> Result<Value, NodeErrorKind> {
+        self.sending(
+            packed,
+            |version| version.allows(needs),
+            NodeErrorKind::Redis,
+        )
+        .await
+    }
+
+    /// The version of the node, as its current connection learned it (connecting first if
+    /// needed).
+    pub(crate) async fn version(self: &Arc<Self>) -> RedisResult<ServerVersion> {
+        Ok(self.live().await?.version)
+    }
+
+    async fn live(self: &Arc<Self>) -> RedisResult<Live> {
+        match self.current() {
+            Current::Ready(live) => Ok(live),
+            Current::Pending(pending) => pending.await.unwrap_or_else(|_| Err(abandoned())),
+            Current::Failed(error) => Err(error),
+        }
+    }
+
+    /// Sends `packed` on the current connection if `gate` lets its node's version through; one
+    /// body for calls with and without a gate, so that neither pays an async layer more.
+    async fn sending<E>(
+        self: &Arc<Self>,
+        packed: Packed<'_>,
+        gate: impl FnOnce(ServerVersion) -> Result<(), E>,
+        error: fn(RedisError) -> E,
+    ) -> Result<Value, E> {
+        let mut live = match self.current() {
+            Current::Ready(live) => live,
+            Current::Pending(pending) => pending
+                .await
+                .unwrap_or_else(|_| Err(abandoned()))
+                .map_err(error)?,
+            Current::Failed(failed) => return Err(error(failed)),
+        };
+        gate(live.version)?;
+        if live.health.sent(nanos_now) {
+            self.probe(&live);
+        }
+        let reply = match packed {
+            Packed::One(cmd) => live.connection.send_packed_command(cmd).await,
+            Packed::Pipeline(pipeline) => live
+                .connection
+                .send_packed_commands(pipeline, 0, pipeline.len())
+                .await
+                .map(Value::Array),
+        };
+        match &reply {
+            Err(failed) if failed.is_unrecoverable_error() => self.lost(&live, failed),
+            _ => live.health.answered(),
+        }
+        reply.map_err(error)
+    }
+
+    /// Starts connecting if there is no connection and no backoff in force; for the warm-up.
+    pub(crate) async fn connect(self: &Arc<Self>) -> RedisResult<()> {
+        match self.current() {
+            Current::Ready(_) => Ok(()),
+            Current::Pending(pending) => {
+                pending.await.unwrap_or_else(|_| Err(abandoned())).map(drop)
+            }
+            Current::Failed(error) => Err(error),
+        }
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Slot> {
+        // Every change of the slot is one assignment, so a panic elsewhere cannot leave it torn.
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn current(self: &Arc<Self>) -> Current {
+        let mut slot = self.slot();
+        let backoff = match &*slot {
+            Slot::Ready(live) => return Current::Ready(live.clone()),
+            Slot::Connecting(pending) => return Current::Pending(pending.clone()),
+            Slot::Idle {
+                failed: Some((error, retry_at)),
+                ..
+            } if Instant::now() < *retry_at => return Current::Failed(error.clone()),
+            Slot::Idle { backoff, .. } => *backoff,
+        };
+        match self.start_connecting(backoff) {
+            Some(pending) => {
+                *slot = Slot::Connecting(pending.clone());
+                Current::Pending(pending)
+            }
+            None => Current::Failed(no_runtime()),
+        }
+    }
+
+    /// An attempt to connect, run by a task of its own so that it completes even when every call
+    /// waiting for it gave up; `None` outside a tokio runtime. Its outcome settles the slot; a
+    /// failure sets the next attempt `backoff` later.
+    fn start_connecting(self: &Arc<Self>, backoff: Duration) -> Option<Pending> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (report, pending) = oneshot::channel();
+        let mut attempt = Attempt {
+            this: Arc::downgrade(self),
+            settled: false,
+        };
+        let (client, scripts) = (self.client.clone(), self.scripts);
+        runtime.spawn(async move {
+            let outcome = match tokio::time::timeout(CONNECT_TIMEOUT, open(&client, scripts)).await
+            {
+                Ok(outcome) => outcome,
+                Err(_) => Err(timed_out(CONNECT_TIMEOUT)),
+            };
+            attempt.settle(&outcome, backoff);
+            let _ = report.send(outcome);
+        });
+        Some(pending.shared())
+    }
+
+    fn settle(&self, outcome: Option<&RedisResult<Live>>, backoff: Duration) {
+        let mut slot = self.slot();
+        // Only an attempt in progress can settle, and there is one at most.
+        if !matches!(*slot, Slot::Connecting(_)) {
+            return;
+        }
+        let Some(outcome) = outcome else {
+            // Abandoned (its runtime shut down): the next call starts another at once.
+            *slot = Slot::Idle {
+                failed: None,
+                backoff,
+            };
+            return;
+        };
+        *slot = match outcome {
+            Ok(live) => {
+                tracing::debug!(node = %self.address, "node connection made");
+                Slot::Ready(live.clone())
+            }
+            Err(error) => {
+                tracing::debug!(node = %self.address, %error, ?backoff, "node connection failed");
+                Slot::Idle {
+                    failed: Some((error.clone(), Instant::now() + jittered(backoff))),
+                    backoff: (backoff * 2).min(BACKOFF_MAX),
+                }
+            }
+        };
+    }
+
+    /// The connection `live` failed: it is dropped, and a new one is made at once.
+    pub(super) fn lost(self: &Arc<Self>, live: &Live, error: &RedisError) {
+        let mut slot = self.slot();
+        if matches!(&*slot, Slot::Ready(current) if current.is(live)) {
+            tracing::debug!(node = %self.address, %error, "node connection lost, reconnecting");
+            *slot = match self.start_connecting(BACKOFF_MIN) {
+                Some(pending) => Slot::Connecting(pending),
+                None => Slot::Idle {
+                    failed: None,
+                    backoff: BACKOFF_MIN,
+                },
+            };
+        }
+    }
+
+    /// Starts a probe of the suspect connection `live`, unless one runs or ran a moment ago.
+    fn probe(self: &Arc<Self>, live: &Live) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if live.health.start_probe(nanos_now()) {
+            runtime.spawn(probe(
+                Arc::downgrade(self),
+                self.client.clone(),
+                self.scripts,
+                live.clone(),
+            ));
+        }
+    }
+
+    /// The probe found `old` silent while `fresh` answered.
+    pub(super) fn replace(&self, old: &Live, fresh: Live) {
+        let mut slot = self.slot();
+        if matches!(&*slot, Slot::Ready(current) if current.is(old)) {
+            tracing::debug!(
+                node = %self.address,
+                "node connection went silent while a new one answered: replaced"
+            );
+            *slot = Slot::Ready(fresh);
+        }
+    }
+}
+
+/// An attempt to connect, as its task sees it: settles the slot once, even when the task is
+/// dropped before the attempt ends.
+struct Attempt {
+    this: Weak<Reconnecting>,
+    settled: bool,
+}
+
+impl Attempt {
+    fn settle(&mut self, outcome: &RedisResult<Live>, backoff: Duration) {
+        self.settled = true;
+        if let Some(this) = self.this.upgrade() {
+            this.settle(Some(outcome), backoff);
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.settled
+            && let Some(this) = self.this.upgrade()
+        {
+            this.settle(None, BACKOFF_MIN);
+        }
+    }
+}
+
+/// Makes a connection and checks that the node serves it: the redis crate's set-up (AUTH and
+/// SELECT as the client says), then one round trip that carries a PING, asks the node's version
+/// (`INFO server`; a second round trip asks a script where `INFO` is refused, see `version`) and
+/// loads the scripts. No timeouts of the driver's own: the node timeout of each call is the only
+/// bound (see [`NodeConnection`](crate::NodeConnection)).
+pub(super) async fn open(client: &Client, scripts: &[Script]) -> RedisResult<Live> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(None)
+        .set_response_timeout(None);
+    let connection = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let ping = redis::cmd("PING");
+    let loads: Vec<Cmd> = scripts
+        .iter()
+        .map(|script| redis::cmd("SCRIPT").arg("LOAD").arg(script.text()).clone())
+        .collect();
+    let send = |cmd: &Cmd| {
+        let mut connection = connection.clone();
+        let cmd = cmd.clone();
+        async move { connection.send_packed_command(&cmd).await }
+    };
+    let info = info_server();
+    // Issued in this order on the one connection: the PING first, then INFO and the loads.
+    let (pong, info, _) =
+        futures::join!(send(&ping), send(&info), join_all(loads.iter().map(send)));
+    check_pong(pong?)?;
+    let version = match ServerVersion::from_info_reply(info?)? {
+        Some(version) => version,
+        None => ServerVersion::from_script_reply(send(&script_version()).await?)?,
+    };
+    tracing::debug!(node = %address_of(client), %version, "node version");
+    Ok(Live {
+        connection,
+        health: Arc::new(Health::default()),
+        version,
+    })
+}
+
+/// Whether a PING's reply shows a connection the node serves. A node that refuses the PING for
+/// lack of permission still serves the connection; any other error (`NOAUTH`, `LOADING`, `ERR max
+/// number of clients reached`) means it does not, for now.
+fn check_pong(reply: Value) -> RedisResult<()> {
+    match reply {
+        Value::ServerError(error) if error.code() != "NOPERM" => Err(error.into()),
+        _ => Ok(()),
+    }
+}
+
+/// A client's address for messages, e.g. `rediss://10.0.0.1:6380`: never its credentials.
+pub(crate) fn address_of(client: &Client) -> String {
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}"),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}"),
+        other => other.to_string(),
+    }
+}
+
+/// The error of calls that waited for an attempt whose runtime shut down.
+fn abandoned() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::Interrupted,
+        "connecting was abandoned: the runtime that ran it shut down",
+    ))
+}
+
+fn no_runtime() -> RedisError {
+    RedisError::from(std::io::Error::other("no tokio runtime to connect on"))
+}
+
+fn timed_out(after: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("connecting timed out after {after:?}"),
+    ))
+}
+
+/// A random pause in `[backoff / 2, backoff]`, so that many clients that lost a node at once do
+/// not come back in step.
+fn jittered(backoff: Duration) -> Duration {
+    backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0)
+}
+
+impl Live {
+    pub(super) fn is(&self, other: &Live) -> bool {
+        Arc::ptr_eq(&self.health, &other.health)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pong_or_a_permission_error_is_a_served_connection() {
+        let error = |text: &[u8]| redis::parse_redis_value(text).unwrap();
+        assert!(check_pong(Value::SimpleString("PONG".into())).is_ok());
+        assert!(check_pong(error(b"-NOPERM no permissions to run 'ping'\r\n")).is_ok());
+        for refusal in [
+            &b"-ERR max number of clients reached\r\n"[..],
+            b"-NOAUTH Authentication required.\r\n",
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+        ] {
+            assert!(check_pong(error(refusal)).is_err());
+        }
+    }
+
+    #[test]
+    fn backoff_is_jittered_below_its_value() {
+        for _ in 0..100 {
+            let pause = jittered(BACKOFF_MAX);
+            assert!(pause >= BACKOFF_MAX / 2 && pause <= BACKOFF_MAX);
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Judging what the nodes told the checks: pure, so that every verdict is tested without Redis.
+//! The verdicts on how the nodes relate (`topology`) and on how each is set up (`setup`) are
+//! apart.
+
+mod setup;
+mod topology;
+
+use setup::{eviction, permissions, persistence, version};
+use topology::{Endpoint, distinct, independent};
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{CheckKind, CheckReport, CheckStatus, NodeCheck};
+use crate::engine::quorum::quorum;
+use crate::error::NodeErrorKind;
+use crate::nodes::probe::{Answer, unexpected};
+use crate::nodes::version::ServerVersion;
+
+/// What one node told us.
+#[derive(Debug)]
+pub(super) struct Facts {
+    /// The round trip of PING, or why it failed.
+    pub(super) ping: Answer<Duration>,
+    /// INFO's fields.
+    pub(super) info: Answer<HashMap<String, String>>,
+    /// CONFIG GET appendfsync.
+    pub(super) appendfsync: Answer<String>,
+    pub(super) round: Round,
+    /// What the connection learned of the node's version.
+    pub(super) version: Answer<ServerVersion>,
+}
+
+/// How the permissions round went.
+#[derive(Debug)]
+pub(super) enum Round {
+    Done,
+    /// Everything but the release notice worked.
+    NoNotice(NodeErrorKind),
+    Failed(&'static str, NodeErrorKind),
+}
+
+impl Facts {
+    pub(super) fn unreachable(error: NodeErrorKind) -> Facts {
+        Facts {
+            ping: Err(error.clone()),
+            info: Err(error.clone()),
+            appendfsync: Err(error.clone()),
+            round: Round::Failed("PING", error.clone()),
+            version: Err(error),
+        }
+    }
+}
+
+/// INFO's `field:value` lines.
+pub(super) fn parse_info(reply: &Value) -> Answer<HashMap<String, String>> {
+    let text = match reply {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        other => return Err(unexpected(other)),
+    };
+    Ok(text
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once(':'))
+        .map(|(field, value)| (field.to_owned(), value.trim().to_owned()))
+        .collect())
+}
+
+/// The value of a one-parameter CONFIG GET reply.
+pub(super) fn config_value(reply: &Value) -> Answer<String> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    match reply {
+        Value::Array(items) if items.len() == 2 => text(&items[1]),
+        Value::Map(pairs) if pairs.len() == 1 => text(&pairs[0].1),
+        _ => None,
+    }
+    .ok_or_else(|| unexpected(reply))
+}
+
+/// Judges every node's facts: one row per node and check.
+pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckReport {
+    let endpoints: Vec<Option<Endpoint>> = addresses
+        .iter()
+        .map(|address| address.as_deref().and_then(Endpoint::from_address))
+        .collect();
+    let infos: Vec<Option<&HashMap<String, String>>> =
+        facts.iter().map(|f| f.info.as_ref().ok()).collect();
+    let mut checks = Vec::new();
+    for (node, fact) in facts.iter().enumerate() {
+        let mut row = |kind, (status, reason): (CheckStatus, String)| {
+            checks.push(NodeCheck {
+                node,
+                address: addresses[node].clone(),
+                kind,
+                status,
+                reason,
+            })
+        };
+        match &fact.ping {
+            Ok(rtt) => row(
+                CheckKind::Reachable,
+                pass(format!("PONG in {:.1} ms", rtt.as_secs_f64() * 1000.0)),
+            ),
+            Err(error) => {
+                row(CheckKind::Reachable, fail(format!("no PONG: {error}")));
+                for kind in [
+                    CheckKind::Distinct,
+                    CheckKind::Independent,
+                    CheckKind::Eviction,
+                    CheckKind::Persistence,
+                    CheckKind::Permissions,
+                    CheckKind::Version,
+                ] {
+                    let reason = "not checked: the node is unreachable".to_owned();
+                    row(kind, (CheckStatus::Skip, reason));
+                }
+                continue;
+            }
+        }
+        match &fact.info {
+            Ok(info) => {
+                row(CheckKind::Distinct, distinct(node, info, &infos));
+                row(
+                    CheckKind::Independent,
+                    independent(node, info, &infos, &endpoints),
+                );
+                row(CheckKind::Eviction, eviction(info));
+                row(CheckKind::Persistence, persistence(info, &fact.appendfsync));
+            }
+            Err(error) => {
+                let reason = format!("not checked: INFO refused: {error}");
+                for kind in [
+                    CheckKind::Distinct,
+                    CheckKind::Independent,
+                    CheckKind::Eviction,
+                    CheckKind::Persistence,
+                ] {
+                    row(kind, warn(reason.clone()));
+                }
+            }
+        }
+        row(CheckKind::Permissions, permissions(&fact.round));
+        row(CheckKind::Version, version(&fact.version));
+    }
+    CheckReport {
+        quorum: quorum(facts.len()),
+        nodes: facts.len(),
+        checks,
+    }
+}
+
+type Verdict = (CheckStatus, String);
+
+fn pass(reason: String) -> Verdict {
+    (CheckStatus::Pass, reason)
+}
+
+fn warn(reason: String) -> Verdict {
+    (CheckStatus::Warn, reason)
+}
+
+fn fail(reason: String) -> Verdict {
+    (CheckStatus::Fail, reason)
+}
+
+fn field<'a>(info: &'a HashMap<String, String>, name: &str) -> Option<&'a str> {
+    info.get(name).map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodes::version::Version;
+
+    pub(super) fn info(lines: &str) -> HashMap<String, String> {
+        parse_info(&Value::BulkString(lines.as_bytes().to_vec())).unwrap()
+    }
+
+    pub(super) const HEALTHY: &str = "# Server\r\nrun_id:aaaa\r\n# Memory\r\nmaxmemory:0\r\n\
+        maxmemory_policy:noeviction\r\n# Persistence\r\naof_enabled:1\r\n\
+        # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\
+        master_replid:1111\r\n# Cluster\r\ncluster_enabled:0\r\n";
+
+    pub(super) fn facts(info_text: &str) -> Facts {
+        Facts {
+            ping: Ok(Duration::from_micros(300)),
+            info: Ok(info(info_text)),
+            appendfsync: Ok("always".to_owned()),
+            round: Round::Done,
+            version: Ok(ServerVersion::Redis(Version::new(7, 0, 15))),
+        }
+    }
+
+    pub(super) fn healthy(run_id: &str, replid: &str) -> Facts {
+        facts(
+            &HEALTHY
+                .replace("aaaa", run_id)
+                .replace("master_replid:1111", &format!("master_replid:{replid}")),
+        )
+    }
+
+    pub(super) fn address(port: u16) -> Option<String> {
+        Some(format!("redis://127.0.0.1:{port}/"))
+    }
+
+    pub(super) fn verdict(
+        report: &CheckReport,
+        node: usize,
+        kind: CheckKind,
+    ) -> (CheckStatus, String) {
+        let check = report
+            .checks()
+            .iter()
+            .find(|c| c.node == node && c.kind == kind)
+            .unwrap();
+        (check.status, check.reason.clone())
+    }
+
+    pub(super) fn status_of(report: &CheckReport, node: usize, kind: CheckKind) -> CheckStatus {
+        verdict(report, node, kind).0
+    }
+
+    #[test]
+    fn healthy_nodes_pass_every_check() {
+        let report = judge(
+            &[healthy("a", "1"), healthy("b", "2"), healthy("c", "3")],
+            vec![address(1), address(2), address(3)],
+        );
+        assert_eq!(report.checks().len(), 3 * 7);
+        assert!(
+            report
+                .checks()
+                .iter()
+                .all(|c| c.status == CheckStatus::Pass),
+            "{:#?}",
+            report.checks()
+        );
+        assert_eq!(report.sound_nodes(), 3);
+    }
+
+    #[test]
+    fn refused_questions_warn_and_unreachable_nodes_skip() {
+        let mut refused = healthy("a", "1");
+        refused.info = Err(NodeErrorKind::UnexpectedReply("NOPERM".into()));
+        let down = Facts::unreachable(NodeErrorKind::Timeout(Duration::from_secs(2)));
+        let report = judge(&[refused, down], vec![address(1), address(2)]);
+        for kind in [CheckKind::Distinct, CheckKind::Eviction] {
+            let (status, reason) = verdict(&report, 0, kind);
+            assert_eq!(status, CheckStatus::Warn);
+            assert!(reason.contains("INFO refused"), "{reason}");
+        }
+        assert_eq!(
+            status_of(&report, 1, CheckKind::Reachable),
+            CheckStatus::Fail
+        );
+        assert_eq!(
+            status_of(&report, 1, CheckKind::Eviction),
+            CheckStatus::Skip
+        );
+        assert!(report.has_failures());
+        assert_eq!(report.sound_nodes(), 1);
+    }
+}

@@ -1,0 +1,303 @@
+//! A held lock: the caller's proof of ownership, a shared handle on the engine's held record.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[cfg(doc)]
+use crate::Mutex;
+use crate::engine::held::Held;
+use crate::error::Error;
+use crate::primitives::keep_alive::KeepAlive;
+
+/// A lock held on a quorum of nodes: of a [`Mutex`] (over one name or several), or one side of an
+/// [`RwLock`](crate::RwLock).
+///
+/// Clones share one state: a heartbeat task can hold a clone and [`extend`](Lock::extend) while the
+/// owner works, and [`unlock`](Lock::unlock) through any clone ends the lock for all of them.
+///
+/// Dropping the last clone without unlocking releases the lock in the background on the current
+/// tokio runtime (best effort, never blocking); without a runtime the keys simply expire.
+///
+/// The lock is safe to rely on only until [`valid_until`](Lock::valid_until). Nothing extends it
+/// automatically.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let cluster = testenv::Cluster::start(3);
+/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+/// use std::time::{Duration, Instant};
+///
+/// let mutex = redlock.new_mutex("job:compact").with_expiry(Duration::from_secs(2));
+/// let lock = mutex.lock().await?;
+///
+/// // A heartbeat keeps the lock while the owner works.
+/// let heartbeat = {
+///     let lock = lock.clone();
+///     tokio::spawn(async move {
+///         loop {
+///             tokio::time::sleep(Duration::from_millis(500)).await;
+///             if lock.extend().await.is_err() {
+///                 break; // lost (or unlocked): the owner must stop using the resource
+///             }
+///         }
+///     })
+/// };
+/// tokio::time::sleep(Duration::from_millis(1200)).await; // the work
+/// assert!(lock.valid_until() > Instant::now());
+/// lock.unlock().await?;
+/// heartbeat.await.expect("heartbeat ends after unlock");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    held: Arc<Held>,
+}
+
+impl Lock {
+    pub(crate) fn new(held: Held) -> Self {
+        Lock {
+            held: Arc::new(held),
+        }
+    }
+
+    /// The moment until which the lock is safe to rely on, on this process's monotonic clock:
+    /// start of the last successful acquire or extend + expiry - its duration - drift.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let before = Instant::now();
+    /// let lock = redlock.new_mutex("job:a").with_expiry(Duration::from_secs(5)).lock().await?;
+    /// // At most expiry minus the 1 % drift allowance.
+    /// assert!(lock.valid_until() <= before + Duration::from_millis(4950));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn valid_until(&self) -> Instant {
+        self.held.valid_until()
+    }
+
+    /// The lock value: the secret that proves ownership on the nodes. Hand it to another process
+    /// to let it [`adopt`](Mutex::adopt) the lock; do not log it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(1);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:b").lock().await?;
+    /// assert_eq!(lock.value().len(), 22); // 16 random bytes, base64url
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn value(&self) -> &str {
+        self.held.value()
+    }
+
+    /// The fencing token of this acquisition: `Some` when the mutex has
+    /// [`with_fencing(true)`](Mutex::with_fencing), `None` otherwise (and for adopted handles, whose
+    /// token is the original holder's to pass on).
+    ///
+    /// Tokens of one name strictly increase from one holder to the next, as long as the nodes keep
+    /// their data. Pass the token with every write to the protected resource, and let the resource
+    /// refuse a token lower than one it has already seen (see [`fenced_set`](crate::fenced_set)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let mutex = redlock.new_mutex("ledger").with_fencing(true);
+    /// let first = mutex.lock().await?;
+    /// let t1 = first.token().expect("fencing is on");
+    /// first.unlock().await?;
+    /// let second = mutex.lock().await?;
+    /// assert!(second.token().expect("fencing is on") > t1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn token(&self) -> Option<u64> {
+        self.held.token()
+    }
+
+    /// The resource name; for a multi-name lock, the first of its [`names`](Lock::names).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(1);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:c").lock().await?;
+    /// assert_eq!(lock.name(), "job:c");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.held.resource().name()
+    }
+
+    /// Every name the lock covers: one for a lock of a [`Mutex`] over one name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(1);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:c").lock().await?;
+    /// let names: Vec<&str> = lock.names().collect();
+    /// assert_eq!(names, ["job:c"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.held
+            .resource()
+            .target()
+            .names()
+            .iter()
+            .map(|name| &**name)
+    }
+
+    /// Resets the expiry to the mutex's expiry on every node where the key still holds this lock's
+    /// value (compare-and-PEXPIRE), and moves [`valid_until`](Lock::valid_until) on success. A
+    /// multi-name lock counts a node only where every name still holds the value; a read lock
+    /// renews its reader's entry where it is still live.
+    ///
+    /// Never called by the library on its own. Succeeds only on a quorum and only if validity is
+    /// left after the round trip; a failure changes nothing (the lock is not released, `valid_until`
+    /// stays). It never re-creates an expired key or touches another owner's.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Taken`] (a quorum holds another owner's value), [`Error::Expired`] (on a quorum the key
+    /// is gone or foreign, or no validity left), [`Error::NoQuorum`], [`Error::Unlocked`] (no I/O),
+    /// [`Error::Config`] (no I/O).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves the lock as it was, possibly extended on some nodes,
+    /// with `valid_until` unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:d").lock().await?;
+    /// let before = lock.valid_until();
+    /// tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    /// lock.extend().await?;
+    /// assert!(lock.valid_until() > before);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn extend(&self) -> Result<(), Error> {
+        self.held.extend().await
+    }
+
+    /// Releases the lock on every node where the key still holds this lock's value
+    /// (compare-and-delete). Nobody ever deletes a lock they do not hold. A multi-name lock
+    /// deletes each name that holds its value, and counts a node only where all of them did; a
+    /// read lock removes its reader's entry, and the last reader frees the name.
+    ///
+    /// Acquire calls of this lock still in flight (fail-fast) are stopped first: none of them can
+    /// land after the release. After success, every clone's `extend` and `unlock` return
+    /// [`Error::Unlocked`] without I/O.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Taken`] (a quorum holds another owner's value: this lock had expired and was taken),
+    /// [`Error::Expired`] (on a quorum the key is gone or foreign), [`Error::NoQuorum`],
+    /// [`Error::Unlocked`] (no I/O), [`Error::Config`] (no I/O). Whatever the error, every node that
+    /// still held this lock's value and answered has released it. With
+    /// [`with_fail_fast(true)`](Mutex::with_fail_fast), unlock returns once the outcome is decided,
+    /// and the nodes it did not wait for are released in the background.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lock released on some nodes; dropping the last clone then
+    /// releases the rest in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use redmutex::Error;
+    ///
+    /// let lock = redlock.new_mutex("job:e").lock().await?;
+    /// let clone = lock.clone();
+    /// lock.unlock().await?;
+    /// assert!(matches!(clone.unlock().await, Err(Error::Unlocked)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn unlock(&self) -> Result<(), Error> {
+        self.held.release().await
+    }
+
+    /// Starts a heartbeat task that calls [`extend`](Lock::extend) every `interval` (a third of the
+    /// expiry is a good choice) and reports when the lock is lost; see [`KeepAlive`](crate::KeepAlive).
+    ///
+    /// The library never extends on its own: this is the explicit, opt-in form of the heartbeat
+    /// pattern. Must be called within a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::time::Duration;
+    ///
+    /// let mutex = redlock.new_mutex("job:export");
+    /// let lock = mutex.lock().await?;
+    /// let keep = lock.keep_alive(mutex.expiry() / 3).max_extensions(100);
+    /// // ... work, checking keep.end() or awaiting keep.ended() alongside ...
+    /// lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn keep_alive(&self, interval: Duration) -> KeepAlive {
+        KeepAlive::start(self.clone(), interval)
+    }
+
+    pub(crate) fn is_unlocked(&self) -> bool {
+        self.held.is_unlocked()
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The value is a capability (it can unlock), so it stays out of logs.
+        f.debug_struct("Lock")
+            .field("name", &self.name())
+            .field("valid_until", &self.held.valid_until())
+            .field("unlocked", &self.held.is_unlocked())
+            .finish_non_exhaustive()
+    }
+}

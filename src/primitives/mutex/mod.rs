@@ -1,0 +1,672 @@
+//! A named distributed mutex, over one name or several: configuration, and the entry points that
+//! acquire it. Its keys, commands and scripts (`*.lua` here) are `target`'s; a multi-name mutex is
+//! a `Mutex` over `multi`'s target.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+#[cfg(doc)]
+use crate::Redlock;
+use crate::engine::delay::RetryDelay;
+use crate::engine::held::Held;
+use crate::engine::resource::Resource;
+use crate::engine::settings::{Plan, Settings};
+use crate::engine::target::Target;
+use crate::error::Error;
+use crate::nodes::Node;
+use crate::primitives::lock::Lock;
+use crate::waiting::acquire::acquire;
+use crate::waiting::listeners::Listeners;
+
+pub(crate) mod target;
+
+pub(crate) use target::{
+    EXTEND, MutexTarget, NEEDS, RELEASE, RELEASE_NOTIFY, SCRIPTS, SUFFIXES, counter_key,
+};
+
+/// A distributed mutex for one resource name ([`Redlock::new_mutex`]), or for several names taken
+/// all at once ([`Redlock::new_multi_mutex`]): configuration only, no lock state.
+///
+/// Cheap to clone, `Send + Sync`; make one per resource (or per call) from a shared
+/// [`Redlock`]. Each successful [`lock()`](Mutex::lock) returns a [`Lock`], the proof of ownership.
+///
+/// # Default
+///
+/// | setting | default | valid |
+/// |---|---|---|
+/// | [`with_expiry`](Mutex::with_expiry) | 8 s | 1 ms to 365 days |
+/// | [`with_tries`](Mutex::with_tries) | 32 | 1 to `u32::MAX` |
+/// | [`with_retry_delay`](Mutex::with_retry_delay) | random in 50..250 ms | any, `Duration::MAX` waits for ever |
+/// | [`with_drift_factor`](Mutex::with_drift_factor) | 0.01 | `[0, 1)` |
+/// | [`with_timeout_factor`](Mutex::with_timeout_factor) | 0.05 (400 ms per node at 8 s expiry) | `(0, 1)` |
+/// | [`with_fail_fast`](Mutex::with_fail_fast) | false | |
+/// | [`with_shuffle_nodes`](Mutex::with_shuffle_nodes) | false | |
+/// | [`with_value_fn`](Mutex::with_value_fn) | 16 random bytes (CSPRNG), base64url | not empty, no NUL |
+/// | [`with_fencing`](Mutex::with_fencing) | false | |
+/// | [`with_wake_on_release`](Mutex::with_wake_on_release) | false | |
+/// | [`with_fair`](Mutex::with_fair) | false | one name, no fencing |
+///
+/// # Errors
+///
+/// Setters never fail: an invalid value (say a drift factor of 1.5, or NaN) is reported as
+/// [`Error::Config`] by the first operation, before any I/O, naming the setting and its bounds.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let cluster = testenv::Cluster::start(3);
+/// use redmutex::Redlock;
+/// use std::time::Duration;
+///
+/// let redlock = Redlock::connect(cluster.urls()).await?;
+/// let mutex = redlock
+///     .new_mutex("inventory:sku-42")
+///     .with_expiry(Duration::from_secs(2))
+///     .with_tries(10);
+///
+/// let lock = mutex.lock().await?;
+/// // ... sell the item, finishing well before lock.valid_until() ...
+/// lock.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[doc = include_str!("../../../doc/rustdoc-links.md")]
+#[doc = include_str!("../../../doc/acquiring.md")]
+#[derive(Clone)]
+pub struct Mutex {
+    /// The client's release listeners, for waiting by release notices.
+    listeners: Arc<Listeners>,
+    /// The nodes, the target and the settings: shared by the mutex's clones and its locks;
+    /// setters make their own copy.
+    resource: Resource,
+}
+
+impl Mutex {
+    /// A mutex over `target` on `nodes`, with default settings.
+    pub(crate) fn new(
+        nodes: Arc<[Node]>,
+        listeners: Arc<Listeners>,
+        target: Arc<dyn Target>,
+    ) -> Self {
+        Mutex {
+            listeners,
+            resource: Resource::new(nodes, target),
+        }
+    }
+
+    /// Applies `change` to the settings and checks them again.
+    pub(crate) fn with_settings(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        self.resource = self.resource.with_settings(change);
+        self
+    }
+
+    /// How long the nodes keep the lock before dropping it on their own. Default 8 s.
+    ///
+    /// Sent in whole milliseconds (rounded down); must be between 1 ms and 365 days. Choose it longer
+    /// than the critical section, or [`extend`](Lock::extend) while working.
+    ///
+    /// # Errors
+    ///
+    /// Outside those bounds (`Duration::MAX` included), every operation returns [`Error::Config`]
+    /// naming them, before any I/O: locks are leases, not storage, and a lease of years is a
+    /// mistake; the bound also keeps every `PX` a node takes, and every deadline, in range.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let mutex = redlock.new_mutex("report").with_expiry(Duration::from_secs(30));
+    /// assert_eq!(mutex.expiry(), Duration::from_secs(30));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_expiry(self, expiry: Duration) -> Self {
+        self.with_settings(|s| s.expiry = expiry)
+    }
+
+    /// How many attempts [`lock()`](Mutex::lock) makes before giving up. Default 32; at least 1
+    /// ([`Error::Config`] otherwise). `u32::MAX` is valid, and in effect never gives up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("report").with_tries(3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_tries(self, tries: u32) -> Self {
+        self.with_settings(|s| s.tries = tries)
+    }
+
+    /// Waits exactly `delay` between attempts. Default: random in 50..250 ms, which spreads
+    /// competing clients apart; a fixed delay suits tests and single-contender setups.
+    ///
+    /// Every delay is valid. `Duration::ZERO` tries again at once (each attempt still costs a
+    /// round trip to every node). `Duration::MAX` waits for ever between attempts: with
+    /// [`with_wake_on_release`](Mutex::with_wake_on_release) or [`with_fair`](Mutex::with_fair)
+    /// only a release ends the wait, which suits a waiter that should never poll; without them
+    /// `lock()` makes one attempt and then waits until it is cancelled (say by
+    /// `tokio::time::timeout`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let mutex = redlock.new_mutex("report").with_retry_delay(Duration::from_millis(100));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_retry_delay(self, delay: Duration) -> Self {
+        self.with_settings(|s| s.retry_delay = RetryDelay::Fixed(delay))
+    }
+
+    /// Computes the delay from the number of the attempt that just failed (1, 2, ...), e.g. for
+    /// exponential backoff. Replaces [`with_retry_delay`](Mutex::with_retry_delay). Any delay it
+    /// returns is valid, as there.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let mutex = redlock
+    ///     .new_mutex("report")
+    ///     .with_retry_delay_fn(|attempt| Duration::from_millis(10 << attempt.min(6)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_retry_delay_fn<F>(self, delay: F) -> Self
+    where
+        F: Fn(u32) -> Duration + Send + Sync + 'static,
+    {
+        self.with_settings(|s| s.retry_delay = RetryDelay::Custom(Arc::new(delay)))
+    }
+
+    /// The allowance for clock drift between machines, as a fraction of the expiry: validity is
+    /// `expiry - elapsed - expiry * drift_factor`. Default 0.01; must be in `[0, 1)` (NaN is not),
+    /// or every operation returns [`Error::Config`] before any I/O.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("report").with_drift_factor(0.02);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_drift_factor(self, factor: f64) -> Self {
+        self.with_settings(|s| s.drift_factor = factor)
+    }
+
+    /// The per-node timeout as a fraction of the expiry: no node call waits longer than
+    /// `expiry * timeout_factor`, so one slow or paused node cannot stall a lock. Default 0.05; must
+    /// be in `(0, 1)` (NaN is not), or every operation returns [`Error::Config`] before any I/O.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// // 2 s expiry, 100 ms per node.
+    /// let mutex = redlock
+    ///     .new_mutex("report")
+    ///     .with_expiry(Duration::from_secs(2))
+    ///     .with_timeout_factor(0.05);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_timeout_factor(self, factor: f64) -> Self {
+        self.with_settings(|s| s.timeout_factor = factor)
+    }
+
+    /// Returns from an attempt as soon as its outcome is decided (a quorum said OK, or can no longer
+    /// say so) instead of waiting for every node. Default false.
+    ///
+    /// Calls still in flight are not abandoned: after a success they finish in the background, so the
+    /// lock lands on as many nodes as possible; after a failure they are released like the rest.
+    /// [`Lock::extend`], [`Lock::unlock`] and dropping the lock stop those still in flight without
+    /// waiting for them: requests already sent run first on their node's connection, the others
+    /// are never sent. [`Lock::unlock`] returns once its outcome is decided too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("report").with_fail_fast(true);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_fail_fast(self, fail_fast: bool) -> Self {
+        self.with_settings(|s| s.fail_fast = fail_fast)
+    }
+
+    /// Hands out a fencing token with each acquisition ([`Lock::token`]). Default false.
+    ///
+    /// Costs one more concurrent round trip per acquisition: after a quorum said OK, the name's
+    /// counter (key `<name>:fence` on every node, never expiring, kept across unlocks) is raised to
+    /// the new token on a quorum where this lock's value holds, and only then is the token handed
+    /// out. That second round is what makes tokens strictly increase across holders even when
+    /// failed partial attempts left some nodes' counters ahead (see [`fenced_set`](crate::fenced_set) for the proof).
+    /// Tokens are exact up to 2^53 (Redis scripts count in doubles).
+    ///
+    /// # Counters stay
+    ///
+    /// A counter never expires, so every name that ever had a fenced holder keeps one small
+    /// string key on every node: about its key's length plus 55 bytes (see `benches/README.md`),
+    /// which matters for per-entity names (a lock per order or per user). redmutex never deletes
+    /// counters. Deleting the counter of a name that will be locked again makes its tokens start
+    /// over from 1, and a resource that remembers the highest token it accepted then refuses the
+    /// next holders until the counter climbs past it; delete only the counters of names that are
+    /// done for good (`SCAN MATCH order:*:fence` once those orders are closed, say), or put the
+    /// resource's highest token back into the counters before the name is used again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("ledger").with_fencing(true);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_fencing(self, fencing: bool) -> Self {
+        self.with_settings(|s| s.fencing = fencing)
+    }
+
+    /// Wakes waiting [`lock`](Mutex::lock) calls when the lock is released, instead of leaving
+    /// them to their retry delay. Default false. Set it on every `Mutex` of the name, holders and
+    /// waiters alike.
+    ///
+    /// A release of this mutex (unlock, drop, the cleanup of a failed attempt) then also publishes
+    /// a notice on each node where it deleted the key, in the same script. A `lock()` that has to
+    /// wait listens on one shared pub/sub connection per node, opened by the [`Redlock`] when first
+    /// needed and subscribed per name only while someone waits on it (and a few seconds after). It
+    /// retries as soon as a quorum of nodes reported a release since its last attempt began. Within
+    /// one `Redlock`, one waiter per release is woken, first come first served, so a release does
+    /// not set off every waiter at once; the others keep waiting for the next release. The retry
+    /// delay stays as the fallback: a lost notice (a listener reconnecting, a node down) costs at
+    /// most one delay. Every attempt uses a value of its own, since a notice names the released
+    /// value. Needs a `Redlock` made by [`Redlock::connect`]; with connections the caller
+    /// built ([`Redlock::new`]) there is nothing to open listeners with, and waiters poll.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::Redlock;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let redlock = Redlock::connect(cluster.urls()).await?;
+    /// // A long retry delay: only the release notice can wake the waiter early.
+    /// let mutex = redlock
+    ///     .new_mutex("printer")
+    ///     .with_wake_on_release(true)
+    ///     .with_retry_delay(Duration::from_secs(60));
+    /// let held = mutex.lock().await?;
+    /// let waiter = tokio::spawn({
+    ///     let mutex = mutex.clone();
+    ///     async move { mutex.lock().await }
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(200)).await; // the waiter is waiting now
+    /// let released = Instant::now();
+    /// held.unlock().await?;
+    /// let next = waiter.await??;
+    /// assert!(released.elapsed() < Duration::from_secs(30));
+    /// next.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_wake_on_release(self, wake: bool) -> Self {
+        self.with_settings(|s| s.wake_on_release = wake)
+    }
+
+    /// Serves waiting [`lock`](Mutex::lock) calls of every client in the order they began to
+    /// wait, and hands the lock from each holder straight to the next. Default false. Implies
+    /// [`with_wake_on_release(true)`](Mutex::with_wake_on_release). Set it on every `Mutex` of the
+    /// name: a plain mutex on the name still excludes fair ones and is excluded by them, but does
+    /// not wait in line, so it may take the lock ahead of the line whenever it finds it free.
+    ///
+    /// Every node keeps a line of waiters for the name, ordered by tickets that all nodes order the
+    /// same way. A waiter joins with the attempt that finds the lock held (no extra round trip),
+    /// and renews its place every third of the expiry; a release on a node hands the lock to the
+    /// first live waiter in that node's line, and notifies only that waiter's client, which holds
+    /// the lock once a quorum of nodes handed it over, without another round trip. A waiter that
+    /// joined on a quorum of nodes is never overtaken by one that began to wait after it; a waiter
+    /// that crashed is passed over once its place expires (one expiry). [`guide::waiting`](crate::guide::waiting)
+    /// has the argument and the limits.
+    ///
+    /// A lock handed over in line is valid from the waiter's last renewal of its place, so its
+    /// [`valid_until`](Lock::valid_until) may be up to a third of the expiry shorter than after a
+    /// fresh acquisition; [`extend`](Lock::extend) as usual. `lock()` waits in line as long as it
+    /// would otherwise spend in its retry delays (the sum of `tries - 1` delays; past the first
+    /// thousand, each counts as their average, so a delay function is asked a thousand times at
+    /// most), then leaves the line; [`try_lock`](Mutex::try_lock) never joins it. Fair waiting
+    /// needs listeners, hence a [`Redlock::connect`](crate::Redlock::connect) client, and does not
+    /// combine with fencing yet ([`Error::Config`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::Redlock;
+    /// use std::time::Duration;
+    ///
+    /// // Two processes in real life; two clients here.
+    /// let (first, second) = (Redlock::connect(cluster.urls()).await?, Redlock::connect(cluster.urls()).await?);
+    /// let mutex = |redlock: &Redlock| redlock.new_mutex("printer").with_fair(true);
+    /// let held = mutex(&first).lock().await?;
+    /// let waiter = tokio::spawn({
+    ///     let mutex = mutex(&second);
+    ///     async move { mutex.lock().await }
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(100)).await; // the waiter is in line now
+    /// held.unlock().await?; // hands the lock to the waiter
+    /// let next = waiter.await??;
+    /// next.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_fair(self, fair: bool) -> Self {
+        self.with_settings(|s| s.fair = fair)
+    }
+
+    /// Sends to the nodes in a random order on each operation. Default false. With concurrent
+    /// fan-out this rarely matters; it spreads who-asked-first when many clients race.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("report").with_shuffle_nodes(true);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_shuffle_nodes(self, shuffle: bool) -> Self {
+        self.with_settings(|s| s.shuffle_nodes = shuffle)
+    }
+
+    /// Generates the lock value for each acquisition. Default: 16 bytes from a CSPRNG, base64url.
+    ///
+    /// Every acquisition must get a value no other acquisition ever gets: two holders with one value
+    /// can release each other's lock. An empty value is rejected with [`Error::Config`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(1);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::time::{SystemTime, UNIX_EPOCH};
+    /// static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    ///
+    /// // Traceable values: who took the lock, unique across restarts (start time) and within the
+    /// // process (sequence). A plain counter would repeat after a restart.
+    /// let started = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |t| t.as_nanos());
+    /// let mutex = redlock.new_mutex("report").with_value_fn(move || {
+    ///     let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    ///     format!("worker-7:{}:{started}:{n}", std::process::id())
+    /// });
+    /// let lock = mutex.lock().await?;
+    /// assert!(lock.value().starts_with("worker-7:"));
+    /// # lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_value_fn<F>(self, value: F) -> Self
+    where
+        F: Fn() -> String + Send + Sync + 'static,
+    {
+        self.with_settings(|s| s.value_fn = Some(Arc::new(value)))
+    }
+
+    /// The resource name: the key used on every node. For a multi-name mutex, the first of its
+    /// names (see [`names`](Mutex::names)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// assert_eq!(redlock.new_mutex("report").name(), "report");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.resource.name()
+    }
+
+    /// Every name the mutex covers, without duplicates, in the order given: one for a mutex made
+    /// by [`Redlock::new_mutex`], all of them for one made by [`Redlock::new_multi_mutex`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let transfer = redlock.new_multi_mutex(["account:7", "account:3", "account:7"]);
+    /// let names: Vec<&str> = transfer.names().collect();
+    /// assert_eq!(names, ["account:7", "account:3"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.resource.target().names().iter().map(|name| &**name)
+    }
+
+    /// The expiry as configured.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// assert_eq!(redlock.new_mutex("report").expiry(), Duration::from_secs(8));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn expiry(&self) -> Duration {
+        self.resource.settings().expiry
+    }
+
+    /// Acquires the lock, retrying up to `tries` attempts with the retry delay between them.
+    ///
+    /// Each attempt sends `SET name value NX PX expiry` to every node at once (each call bounded by
+    /// the node timeout) and succeeds when a quorum said OK and validity is left. A multi-name
+    /// mutex sends one script per node instead, which sets every name or none. A failed attempt is
+    /// released on every node, including those that erred or timed out, before the next one.
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error: [`Error::Taken`], [`Error::Expired`] or [`Error::NoQuorum`];
+    /// [`Error::Config`] (before any I/O) for invalid settings.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future mid-flight releases whatever it may have acquired, in the background on
+    /// the current tokio runtime; the keys expire on their own in any case.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let lock = redlock.new_mutex("job:rebuild-index").lock().await?;
+    /// assert!(lock.valid_until() > std::time::Instant::now());
+    /// lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lock(&self) -> Result<Lock, Error> {
+        let plan = self.plan()?;
+        let value = self.new_value()?;
+        let span = tracing::debug_span!("redmutex.lock", name = %self.name(), tries = plan.tries);
+        self.acquire(plan, value, plan.tries, span).await
+    }
+
+    /// Makes exactly one attempt to acquire the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock()`](Mutex::lock), for the single attempt.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock()`](Mutex::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use redmutex::Error;
+    ///
+    /// let mutex = redlock.new_mutex("job:send-invoices");
+    /// let first = mutex.try_lock().await?;
+    /// assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
+    /// first.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_lock(&self) -> Result<Lock, Error> {
+        let plan = self.plan()?;
+        let value = self.new_value()?;
+        let span = tracing::debug_span!("redmutex.try_lock", name = %self.name());
+        self.acquire(plan, value, 1, span).await
+    }
+
+    /// A handle on a lock that another handle (possibly in another process) acquired with `value`.
+    ///
+    /// This is ownership transfer: the returned handle can [`unlock`](Lock::unlock) at once and can
+    /// [`extend`](Lock::extend); its [`valid_until`](Lock::valid_until) is the moment of adoption
+    /// (already passed) until an extend succeeds. Dropping its last clone releases the lock like any
+    /// other handle.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let mutex = redlock.new_mutex("job:export");
+    /// let original = mutex.lock().await?;
+    /// let value = original.value().to_owned();
+    /// // ... `value` travels to another process, which takes over:
+    /// let adopted = mutex.adopt(value);
+    /// adopted.extend().await?;
+    /// adopted.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn adopt(&self, value: impl Into<String>) -> Lock {
+        let value: String = value.into();
+        let held = Held::new(
+            self.resource.clone(),
+            value.into(),
+            Instant::now(),
+            None,
+            None,
+        );
+        Lock::new(held)
+    }
+
+    /// Makes up to `tries` attempts with `value` first, in `span`.
+    pub(crate) async fn acquire(
+        &self,
+        plan: &Plan,
+        value: Arc<str>,
+        tries: u32,
+        span: tracing::Span,
+    ) -> Result<Lock, Error> {
+        let acquire = acquire(&self.resource, &self.listeners, plan, value, tries);
+        // Entering a disabled span on every poll still costs: skip it when nobody listens.
+        let held = if span.is_disabled() {
+            acquire.await
+        } else {
+            acquire.instrument(span).await
+        };
+        held.map(Lock::new)
+    }
+
+    /// The same settings over another target (a read-write lock's writer, whose mark depends on
+    /// the settings).
+    pub(crate) fn with_target(mut self, target: Arc<dyn Target>) -> Self {
+        self.resource = self.resource.with_target(target);
+        self
+    }
+
+    pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
+        self.resource.new_value()
+    }
+
+    /// The validated settings, or why they are invalid.
+    pub(crate) fn plan(&self) -> Result<&Plan, Error> {
+        self.resource.plan()
+    }
+
+    /// The nodes, the target and the settings.
+    pub(crate) fn resource(&self) -> &Resource {
+        &self.resource
+    }
+}
+
+impl fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("target", self.resource.target())
+            .field("settings", self.resource.settings())
+            .field("nodes", &self.resource.nodes().len())
+            .finish()
+    }
+}

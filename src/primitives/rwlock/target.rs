@@ -1,0 +1,298 @@
+//! The two sides of a read-write lock, as the engine sees them. The writer holds the name's key as
+//! a mutex does; readers are entries in `<name>:readers` while the key holds the readers' marker;
+//! a waiting writer leaves its mark in `<name>:writer-waiting`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Cmd;
+
+use crate::engine::quorum::whole_millis;
+use crate::engine::request::{Delivery, Op};
+use crate::engine::target::{self, Target, Verb};
+use crate::error::Error;
+use crate::nodes::script::{Script, lua};
+use crate::nodes::version::{Needs, Version};
+use crate::primitives::check_name;
+use crate::primitives::mutex::{MutexTarget, counter_key};
+
+/// What a read-write lock needs of a node: `PEXPIREAT ... GT` (7.0), `SET ... PXAT` (6.2) for
+/// readers. Writers are refused with them, so that one rule says where a name's readers and
+/// writers may be counted.
+pub(crate) const NEEDS: Needs = Needs::new("read-write locks", Version::new(7, 0, 0), "7.0");
+
+/// The suffixes of the keys beside a name (see [`readers_key`] and [`mark_key`]).
+pub(crate) const SUFFIXES: &[&str] = &[":readers", ":writer-waiting"];
+
+/// Read acquire (`read_acquire.lua`).
+pub(crate) const READ_ACQUIRE: Script = lua!("primitives/rwlock/read_acquire.lua");
+/// Read extend (`read_extend.lua`).
+pub(crate) const READ_EXTEND: Script = lua!("primitives/rwlock/read_extend.lua");
+/// Read release (`read_release.lua`).
+pub(crate) const READ_RELEASE: Script = lua!("primitives/rwlock/read_release.lua");
+/// Write acquire (`write_acquire.lua`).
+pub(crate) const WRITE_ACQUIRE: Script = lua!("primitives/rwlock/write_acquire.lua");
+
+/// The read-write lock's scripts, which every node loads; the writer's others are the mutex's.
+pub(crate) const SCRIPTS: &[Script] = &[READ_ACQUIRE, READ_EXTEND, READ_RELEASE, WRITE_ACQUIRE];
+
+/// `<name>:readers`: the readers, a sorted set scored by when each entry expires.
+pub(crate) fn readers_key(name: &str) -> String {
+    format!("{name}:readers")
+}
+
+/// `<name>:writer-waiting`: a waiting writer's mark, which new readers respect.
+pub(crate) fn mark_key(name: &str) -> String {
+    format!("{name}:writer-waiting")
+}
+
+/// Keys of a read-write lock beside its name, made once rather than on every command.
+#[derive(Debug)]
+struct Beside {
+    readers: Box<str>,
+    mark: Box<str>,
+    /// The name's fencing counter.
+    counter: Box<str>,
+    /// How long a writer's mark lives, in milliseconds (writers only).
+    mark_millis: u64,
+}
+
+impl Beside {
+    fn new(name: &str, mark: Duration) -> Beside {
+        Beside {
+            readers: readers_key(name).into(),
+            mark: mark_key(name).into(),
+            counter: counter_key(name).into(),
+            mark_millis: whole_millis(mark),
+        }
+    }
+}
+
+/// A reader of a read-write lock: an entry in the name's readers, whose key holds the readers'
+/// marker ([`RwLock::read`](crate::RwLock::read)).
+pub(crate) struct ReadTarget {
+    name: [Arc<str>; 1],
+    beside: Beside,
+}
+
+impl ReadTarget {
+    pub(crate) fn new(name: Arc<str>) -> ReadTarget {
+        ReadTarget {
+            beside: Beside::new(&name, Duration::ZERO),
+            name: [name],
+        }
+    }
+}
+
+impl Target for ReadTarget {
+    fn names(&self) -> &[Arc<str>] {
+        &self.name
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        check_name(&self.name[0], || "name".to_owned())
+    }
+
+    fn check_fencing(&self) -> Result<(), Error> {
+        Err(Error::config(
+            "fencing",
+            "readers get no fencing tokens: they do not exclude each other",
+        ))
+    }
+
+    /// No single command can tell: readers get in while the name's key is present.
+    fn probe(&self, _name: &str) -> Option<(Cmd, i64)> {
+        None
+    }
+
+    fn needs(&self, _op: Op) -> &'static Needs {
+        &NEEDS
+    }
+
+    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
+        let (verb, name, beside) = (Verb::from(delivery), &self.name[0], &self.beside);
+        let mut cmd = Cmd::with_capacity(9, 64 + 4 * name.len() + value.len());
+        match op {
+            // Readers never fence (`check_fencing` refuses it), nor wait in a fair line: their
+            // acquire answers 0 either way.
+            Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(&READ_ACQUIRE))
+                    .arg(3)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(&*beside.mark)
+                    .arg(value)
+                    .arg(millis);
+            }
+            // A raise is not reached for readers either; a renewal of the reader's entry is
+            // harmless.
+            Op::Extend | Op::Raise(_) => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(&READ_EXTEND))
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(value)
+                    .arg(millis);
+            }
+            Op::Release { notify, .. } => {
+                cmd.arg(verb.word())
+                    .arg(verb.script(&READ_RELEASE))
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(&*beside.readers)
+                    .arg(value)
+                    .arg(u8::from(notify));
+            }
+        }
+        cmd
+    }
+}
+
+impl fmt::Debug for ReadTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mark = Some(self.beside.mark_millis);
+        target::debug(f, format_args!("Read"), &self.name, mark)
+    }
+}
+
+/// The writer of a read-write lock: the name's key holds the lock value, as for a mutex
+/// ([`RwLock::write`](crate::RwLock::write)), so it shares the mutex's extend, release and raise;
+/// only its acquire also looks at the readers.
+pub(crate) struct WriteTarget {
+    mutex: MutexTarget,
+    beside: Beside,
+}
+
+impl WriteTarget {
+    /// The writer's side over `name`, whose mark (left while readers hold) lives for `mark`.
+    pub(crate) fn new(name: Arc<str>, mark: Duration) -> WriteTarget {
+        WriteTarget {
+            beside: Beside::new(&name, mark),
+            mutex: MutexTarget::new(name),
+        }
+    }
+}
+
+impl Target for WriteTarget {
+    fn names(&self) -> &[Arc<str>] {
+        self.mutex.names()
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        self.mutex.check()
+    }
+
+    fn needs(&self, _op: Op) -> &'static Needs {
+        &NEEDS
+    }
+
+    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
+        let (verb, name, beside) = (Verb::from(delivery), self.first(), &self.beside);
+        let fenced = match op {
+            // As for several names, a fair round here would be a plain acquire.
+            Op::Acquire | Op::Round { .. } | Op::Enter => false,
+            Op::AcquireFenced => true,
+            Op::Extend | Op::Release { .. } | Op::Raise(_) => {
+                return self.mutex.command(op, delivery, value, millis);
+            }
+        };
+        let mut cmd = Cmd::with_capacity(9, 64 + 4 * name.len() + value.len());
+        cmd.arg(verb.word())
+            .arg(verb.script(&WRITE_ACQUIRE))
+            .arg(if fenced { 4 } else { 3 })
+            .arg(&**name)
+            .arg(&*beside.readers)
+            .arg(&*beside.mark);
+        if fenced {
+            cmd.arg(&*beside.counter);
+        }
+        cmd.arg(value).arg(millis).arg(beside.mark_millis);
+        cmd
+    }
+}
+
+impl fmt::Debug for WriteTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mark = Some(self.beside.mark_millis);
+        target::debug(f, format_args!("Write"), self.names(), mark)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::primitives::words;
+
+    #[test]
+    fn the_two_sides_of_a_read_write_lock() {
+        let read = ReadTarget::new("n".into());
+        let cmd = read.command(Op::Acquire, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&cmd),
+            [
+                "EVALSHA",
+                READ_ACQUIRE.digest(),
+                "3",
+                "n",
+                "n:readers",
+                "n:writer-waiting",
+                "v",
+                "8000"
+            ]
+        );
+        let cmd = read.command(
+            Op::Release {
+                notify: false,
+                hand_off: false,
+            },
+            Delivery::ByDigest,
+            "v",
+            8000,
+        );
+        assert_eq!(
+            words(&cmd)[1..],
+            [READ_RELEASE.digest(), "2", "n", "n:readers", "v", "0"]
+        );
+        assert!(read.probe("n").is_none());
+
+        let write = WriteTarget::new("n".into(), Duration::from_millis(1450));
+        let cmd = write.command(Op::AcquireFenced, Delivery::ByDigest, "v", 8000);
+        assert_eq!(
+            words(&cmd)[1..],
+            [
+                WRITE_ACQUIRE.digest(),
+                "4",
+                "n",
+                "n:readers",
+                "n:writer-waiting",
+                "n:fence",
+                "v",
+                "8000",
+                "1450"
+            ]
+        );
+        // Holding the name's key like a mutex, the writer shares its other scripts.
+        let mutex = MutexTarget::new("n".into());
+        for op in [
+            Op::Extend,
+            Op::Release {
+                notify: true,
+                hand_off: false,
+            },
+            Op::Raise(3),
+        ] {
+            let write = write.command(op, Delivery::ByDigest, "v", 8000);
+            let mutex = mutex.command(op, Delivery::ByDigest, "v", 8000);
+            assert_eq!(words(&write), words(&mutex), "{op:?}");
+        }
+        assert!(write.probe("n").is_some());
+        assert!(write.check_fencing().is_ok());
+        assert!(matches!(
+            read.check_fencing(),
+            Err(Error::Config { field, .. }) if field == "fencing"
+        ));
+    }
+}

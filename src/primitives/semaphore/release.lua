@@ -1,0 +1,20 @@
+-- Gives our permit back: ARGV[1] = value, ARGV[2] = 1 to publish a release notice (as the mutex's
+-- release_notify.lua does, on the same channel); KEYS[1] as in prelude.lua. Returns 1, or 0 when
+-- the value held no live permit here (an entry past its expiry is removed, but was no longer ours
+-- to give back). The last holder deletes the name, permit count and all.
+--- @include "prelude.lua"
+
+local expires = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+local refusal = refused(expires)
+if refusal then return refusal end
+if not expires then return 0 end
+if redis.call('ZCOUNT', KEYS[1], 0, '+inf') == 1 then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+if tonumber(expires) <= clock() then return 0 end
+if ARGV[2] == '1' then
+  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+end
+return 1

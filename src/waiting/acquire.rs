@@ -1,0 +1,114 @@
+//! Acquiring with retries: a loop of "attempt, then wait" (one attempt is the engine's, see
+//! `engine::attempt`; the waiting between attempts is `wait`'s).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::engine::attempt::{attempt_once, millis_left};
+use crate::engine::fanout;
+use crate::engine::held::Held;
+use crate::engine::resource::Resource;
+use crate::engine::settings::Plan;
+use crate::engine::tally::Tally;
+use crate::error::Error;
+use crate::waiting::listeners::Listeners;
+use crate::waiting::{Resume, Waiting};
+
+/// Makes up to `tries` attempts to acquire `resource`, starting with `value`, waiting between
+/// them as its settings say (see `wait`); `listeners` are its client's, for waiting by release
+/// notices.
+pub(crate) async fn acquire(
+    resource: &Resource,
+    listeners: &Listeners,
+    plan: &Plan,
+    value: Arc<str>,
+    tries: u32,
+) -> Result<Held, Error> {
+    let mut guard = CancelGuard {
+        resource,
+        plan,
+        value,
+        armed: true,
+    };
+    let mut waiting = Waiting::new(resource, listeners, plan, tries);
+    waiting.before_first_attempt().await;
+    let mut attempt = 1;
+    loop {
+        let started = Instant::now();
+        let last = waiting.is_last(attempt, tries);
+        let op = waiting.attempt_starts(started, &guard.value);
+        let keeps = |tally: &Tally| waiting.replies(tally, started, last, op);
+        let outcome = attempt_once(resource, plan, op, &guard.value, started, keeps).await;
+        waiting.attempt_ended(outcome.is_ok());
+        match &outcome {
+            Ok(lock) => tracing::debug!(
+                attempt,
+                valid_for_ms = millis_left(lock.valid_until()),
+                token = lock.token(),
+                "acquired"
+            ),
+            Err((error, _)) => tracing::debug!(attempt, %error, "attempt failed"),
+        }
+        let cleanup = match outcome {
+            Ok(lock) => {
+                guard.armed = false;
+                waiting.acquired();
+                return Ok(lock);
+            }
+            // Refusals (permissions, credentials) that leave no quorum fail every try alike.
+            Err((error, _)) if last || error.is_refused_by_too_many() => {
+                // Whatever the attempt set is released, or being released in the background.
+                guard.armed = false;
+                return Err(error);
+            }
+            Err((_, cleanup)) => cleanup,
+        };
+        // The next attempt reuses the value, so this attempt's release must be done before it
+        // starts, or it could delete the next attempt's keys.
+        let (resume, confirmed) =
+            futures::join!(waiting.wait(attempt, started), cleanup.confirmed());
+        if let Resume::Granted(valid_until) = resume {
+            tracing::debug!(
+                attempt,
+                valid_for_ms = millis_left(valid_until),
+                "handed over in line"
+            );
+            guard.armed = false;
+            waiting.acquired();
+            let value = Arc::clone(&guard.value);
+            return Ok(Held::new(resource.clone(), value, valid_until, None, None));
+        }
+        if !confirmed || waiting.fresh_values() {
+            // A release that timed out is still queued; should the connection be re-made, it
+            // could run after the next attempt's SET on the new connection and delete that key.
+            // A fresh value makes such a late release harmless. It is still on its way, so the
+            // old value needs no release of ours any more.
+            guard.value = resource.new_value()?;
+        }
+        attempt += 1;
+    }
+}
+
+/// Releases the current value in the background if `acquire` is dropped before it returns.
+///
+/// Cancel safety of `lock()`: a dropped future must not leave keys behind for the full expiry when
+/// it can help it. The value is never used again, so the late release cannot hit a later holder.
+struct CancelGuard<'a> {
+    resource: &'a Resource,
+    plan: &'a Plan,
+    value: Arc<str>,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            fanout::spawn_release(
+                Arc::clone(self.resource.nodes()),
+                Arc::clone(self.resource.target()),
+                Arc::clone(&self.value),
+                self.plan,
+            );
+        }
+    }
+}
