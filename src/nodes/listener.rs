@@ -8,7 +8,7 @@
 //! [`PING_INTERVAL`] that must be answered within [`LISTENER_TIMEOUT`] notices a dead one within
 //! the sum of the two. A release missed meanwhile costs its waiters at most their retry delay.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -33,8 +33,8 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 pub(crate) trait NoticeSink: Send + Sync + 'static {
     /// `node` published `payload` on the notice channel of `name`, heard at `at`.
     fn notice(&self, node: usize, name: &str, payload: &[u8], at: Instant);
-    /// The channels to subscribe to after a listener (re)connected.
-    fn channels(&self) -> Vec<String>;
+    /// The names to listen for after a listener (re)connected.
+    fn names(&self) -> Vec<Arc<str>>;
     /// Called every `sweep_every` (see [`spawn`]) while the listener runs: time to forget names
     /// nobody waits on.
     fn sweep(&self);
@@ -60,11 +60,17 @@ pub(crate) fn spawn<S: NoticeSink>(
     runtime.spawn(listener.run());
 }
 
-/// What the listener of one node is asked to do.
+/// What the listener of one node is asked to do, for a name's notices (the listener knows the
+/// channel they come on).
 pub(crate) enum Command {
-    /// Subscribe to a channel; the sender, if any, is told once the node confirmed it.
-    Subscribe(String, Option<oneshot::Sender<()>>),
-    Unsubscribe(String),
+    /// Subscribe to a name's notices; the sender, if any, is told once the node confirmed it.
+    Subscribe(Arc<str>, Option<oneshot::Sender<()>>),
+    Unsubscribe(Arc<str>),
+}
+
+/// The channel of `name`'s notices on a standalone server.
+pub(crate) fn channel(name: &str) -> String {
+    format!("{NOTICE_PREFIX}{name}")
 }
 
 /// The pub/sub connection to one node, run as a task for as long as its sink lives.
@@ -130,7 +136,12 @@ impl<S: NoticeSink> Listener<S> {
         // Commands that came while connecting are covered by the snapshot of names taken after
         // them: a name to subscribe is in it, a name to unsubscribe is not.
         let confirmations = self.drain();
-        let Some(channels) = self.sink.upgrade().map(|sink| sink.channels()) else {
+        let Some(channels) = self.sink.upgrade().map(|sink| {
+            sink.names()
+                .iter()
+                .map(|name| channel(name))
+                .collect::<Vec<_>>()
+        }) else {
             return Stop::SinkGone;
         };
         if !channels.is_empty() && !bounded(sink.subscribe(&channels)).await {
@@ -186,14 +197,14 @@ impl<S: NoticeSink> Listener<S> {
 /// Sends one command to the node; `false` if the connection failed it.
 async fn apply(sink: &mut PubSubSink, command: Command) -> bool {
     match command {
-        Command::Subscribe(channel, confirm) => {
-            let subscribed = bounded(sink.subscribe(&channel)).await;
+        Command::Subscribe(name, confirm) => {
+            let subscribed = bounded(sink.subscribe(channel(&name))).await;
             if let (true, Some(confirm)) = (subscribed, confirm) {
                 let _ = confirm.send(());
             }
             subscribed
         }
-        Command::Unsubscribe(channel) => bounded(sink.unsubscribe(&channel)).await,
+        Command::Unsubscribe(name) => bounded(sink.unsubscribe(channel(&name))).await,
     }
 }
 
