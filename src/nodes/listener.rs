@@ -15,8 +15,10 @@ use futures::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot};
 
-/// The pub/sub channel of a name's release notices is this prefix followed by the name. The
-/// scripts that publish spell it out too; a unit test keeps them equal.
+use super::Member;
+
+/// The pub/sub channel of a name's release notices is this prefix followed by the name (see
+/// [`notice_channel`]). The scripts that publish are given the channel.
 pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
 
 /// Bound on opening a listener connection and on each SUBSCRIBE, UNSUBSCRIBE or PING.
@@ -71,6 +73,20 @@ pub(crate) enum Command {
 /// The channel of `name`'s notices on a standalone server.
 pub(crate) fn channel(name: &str) -> String {
     format!("{NOTICE_PREFIX}{name}")
+}
+
+/// The channel of `name`'s notices on a member of kind `member`: [`channel`] on a standalone
+/// server; on a cluster, the sharded channel in the name's slot, the prefix followed by the
+/// name's [`slot_prefix`](super::hash_tag::slot_prefix) (`redmutex:released:{order:42}`), since a
+/// script may `SPUBLISH` only on a channel of its keys' slot. `None` for a name that has no slot
+/// prefix, on a cluster.
+pub(crate) fn notice_channel(name: &str, member: Member) -> Option<String> {
+    match member {
+        Member::Standalone => Some(channel(name)),
+        Member::Cluster => {
+            super::hash_tag::slot_prefix(name).map(|p| format!("{NOTICE_PREFIX}{p}"))
+        }
+    }
 }
 
 /// The pub/sub connection to one node, run as a task for as long as its sink lives.

@@ -129,7 +129,7 @@ async fn the_readme_rule_runs_every_primitive() {
         cluster
             .nodes()
             .iter()
-            .all(|n| n.exists("lock:acl-fair:line"))
+            .all(|n| n.exists("{lock:acl-fair}:line"))
     })
     .await;
     holder.unlock().await.expect("fair unlock hands over");
@@ -286,8 +286,9 @@ async fn without_the_channel_the_release_names_it() {
     let mutex = mutex(&redlock, "lock:acl-no-channel").with_wake_on_release(true);
     let lock = mutex.lock().await.expect("SET is allowed");
     for message in refusals(lock.unlock().await) {
-        assert!(message.contains("channel"), "{message}");
-        assert!(message.contains("'PUBLISH'"), "{message}");
+        // The command and the channel are the script's arguments: the node's message says what
+        // it refused.
+        assert!(message.contains("publish to the channel"), "{message}");
     }
 }
 
