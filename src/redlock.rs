@@ -476,7 +476,7 @@ mod tests {
     use crate::engine::value::READERS_MARKER;
     use crate::nodes::listener::NOTICE_PREFIX;
     use crate::ops::inspect::{FORCE_RELEASE, INSPECT};
-    use crate::primitives::rwlock;
+    use crate::primitives::{multi, mutex, rwlock, semaphore};
 
     #[test]
     fn digests_are_sha1_hex_and_distinct() {
@@ -495,14 +495,17 @@ mod tests {
         );
     }
 
-    /// The scripts publish on the channel, and with the command, they are given (see
-    /// `engine::target::Channels`): none spells a channel or a publish command of its own.
     #[test]
     fn notices_go_to_the_channel_listeners_subscribe_to() {
-        for script in &SCRIPTS {
-            let text = script.text();
-            assert!(!text.contains(NOTICE_PREFIX), "{text}");
-            assert!(!text.to_lowercase().contains("publish'"), "{text}");
+        for script in [
+            mutex::RELEASE_NOTIFY,
+            FORCE_RELEASE,
+            semaphore::target::RELEASE,
+            multi::RELEASE,
+            rwlock::target::READ_RELEASE,
+            fair::RELEASE,
+        ] {
+            assert!(script.text().contains(&format!("'{NOTICE_PREFIX}' .. ")));
         }
     }
 

@@ -13,7 +13,16 @@ use crate::error::NodeErrorKind;
 use crate::nodes::Member;
 use crate::nodes::connection::{NodeConnection, Packed};
 use crate::nodes::hash_tag::hash_tag;
-use crate::nodes::version::Needs;
+use crate::nodes::version::{Needs, Version};
+
+/// What a request that publishes a notice needs of a cluster member: `SPUBLISH` (7.0), whatever
+/// the primitive needs of a standalone server (`PUBLISH` in scripts, 2.6). A cluster member's
+/// version is the lowest of its masters'.
+pub(crate) const SHARDED_NOTICES: Needs = Needs::new(
+    "wake-up on release and fair waiting on a Redis Cluster",
+    Version::new(7, 0, 0),
+    "7.0",
+);
 
 /// What a request does to the lock's keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +121,21 @@ impl Request {
         }
     }
 
+    /// What a member of kind `member` must run for this request: on a cluster, a request that
+    /// publishes also needs [`SHARDED_NOTICES`].
+    fn needs_on(&self, member: Member) -> &'static Needs {
+        let publishes = match self.op {
+            Op::Release { notify, hand_off } => notify || hand_off,
+            Op::Round { .. } => true,
+            _ => false,
+        };
+        if member == Member::Cluster && publishes && self.needs.version < SHARDED_NOTICES.version {
+            &SHARDED_NOTICES
+        } else {
+            self.needs
+        }
+    }
+
     /// What a member of kind `member` receives, or why it refuses the request.
     fn message(&self, member: Member) -> Result<&Message, &NodeErrorKind> {
         match member {
@@ -200,11 +224,12 @@ impl Request {
         if !matches!(self.op, Op::Release { .. }) || self.delivery != Delivery::ByDigest {
             return;
         }
-        let eval = self.eval_cmd(connection.member());
+        let member = connection.member();
+        let eval = self.eval_cmd(member);
         let (Some(eval), Ok(runtime)) = (eval, tokio::runtime::Handle::try_current()) else {
             return;
         };
-        let (bound, needs) = (Duration::from_millis(self.millis), self.needs);
+        let (bound, needs) = (Duration::from_millis(self.millis), self.needs_on(member));
         runtime.spawn(async move {
             let sent = connection.send_for(needs, Packed::One(&eval));
             let _ = tokio::time::timeout(bound, sent).await;
@@ -328,14 +353,11 @@ pub(crate) async fn call(
         Message::One(cmd) => Packed::One(cmd),
         Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
     };
-    let reply = match connection.send_for(request.needs, packed).await? {
+    let needs = request.needs_on(member);
+    let reply = match connection.send_for(needs, packed).await? {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
         Value::ServerError(error) if error.code() == "NOSCRIPT" => match request.eval_cmd(member) {
-            Some(eval) => {
-                connection
-                    .send_for(request.needs, Packed::One(&eval))
-                    .await?
-            }
+            Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
             None => Value::ServerError(error),
         },
         reply => reply,
@@ -470,6 +492,35 @@ mod tests {
             assert_eq!(eval[0], "EVAL");
             assert_eq!(eval.last().map(String::as_str), Some(verb));
         }
+    }
+
+    /// `SPUBLISH` came with Redis 7.0: a cluster member older than that is refused what publishes
+    /// (by the version gate, before anything is sent), and nothing else.
+    #[test]
+    fn notices_on_a_cluster_need_redis_7() {
+        let release = |notify, hand_off| request(Op::Release { notify, hand_off });
+        for publishes in [
+            release(true, false),
+            release(true, true),
+            request(Op::Round { ticket: 1 }),
+        ] {
+            assert_eq!(publishes.needs_on(Member::Cluster), &SHARDED_NOTICES);
+            assert_ne!(publishes.needs_on(Member::Standalone), &SHARDED_NOTICES);
+        }
+        for quiet in [
+            release(false, false),
+            request(Op::Extend),
+            request(Op::Acquire),
+        ] {
+            assert_ne!(quiet.needs_on(Member::Cluster), &SHARDED_NOTICES);
+        }
+        let old = crate::nodes::version::ServerVersion::Redis(Version::new(6, 2, 14));
+        let refusal = old.allows(&SHARDED_NOTICES).unwrap_err();
+        assert_eq!(
+            refusal.to_string(),
+            "wake-up on release and fair waiting on a Redis Cluster need Redis 7.0 or later; \
+             this node runs Redis 6.2.14"
+        );
     }
 
     /// Names in different slots are refused by a cluster member before anything is sent (see

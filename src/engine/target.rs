@@ -152,31 +152,44 @@ pub(crate) fn publish_verb(member: Member) -> &'static str {
     }
 }
 
-/// A name's notice channels, each made on first use: a target lives as long as its primitive,
-/// and most never publish.
+/// The channel of `name`'s notices that a script must be given on a member of kind `member`:
+/// none on a standalone server, where the scripts publish on their default channel,
+/// `redmutex:released:<name>` (a unit test keeps it equal to `notice_channel`'s); the sharded
+/// channel in the name's slot on a cluster (see `nodes::listener::notice_channel`).
+///
+/// The scripts that publish take the command and the channel as their last arguments, and
+/// default to `PUBLISH` on that channel where they are left out: so a standalone server receives
+/// the requests it received before there were clusters, byte for byte. Two more arguments would
+/// cost it about a tenth more work per release with notice (`benches/README.md`).
+///
+/// A name without a slot prefix has no channel on a cluster: the settings that publish refuse it
+/// before any I/O (see [`check_prefix`]), so what stands in for it here (the standalone channel,
+/// so that nothing panics) is never sent.
+pub(crate) fn channel_arg(name: &str, member: Member) -> Option<String> {
+    match member {
+        Member::Standalone => None,
+        Member::Cluster => Some(notice_channel(name, member).unwrap_or_else(|| channel(name))),
+    }
+}
+
+/// A name's channel on a cluster, made on first use: a target lives as long as its primitive,
+/// and most never publish, or never to a cluster.
 #[derive(Debug, Default)]
 pub(crate) struct Channels {
-    standalone: OnceLock<Box<str>>,
-    cluster: OnceLock<Box<str>>,
+    cluster: OnceLock<Option<Box<str>>>,
 }
 
 impl Channels {
-    /// The verb and the channel of `name`'s notices on a member of kind `member` (see
-    /// `nodes::listener::notice_channel`), the last two arguments of a script that publishes.
-    ///
-    /// A name without a slot prefix has no channel on a cluster: the settings that publish refuse
-    /// it before any I/O (see [`check_prefix`]), so what stands in for it here (the standalone
-    /// channel, so that nothing panics) is never sent.
-    pub(crate) fn get(&self, name: &str, member: Member) -> (&'static str, &str) {
-        let cell = match member {
-            Member::Standalone => &self.standalone,
-            Member::Cluster => &self.cluster,
+    /// The command and, where the member needs one (see [`channel_arg`]), the channel of
+    /// `name`'s notices on a member of kind `member`.
+    pub(crate) fn get(&self, name: &str, member: Member) -> (&'static str, Option<&str>) {
+        let channel = match member {
+            Member::Standalone => None,
+            Member::Cluster => self
+                .cluster
+                .get_or_init(|| channel_arg(name, member).map(String::into_boxed_str))
+                .as_deref(),
         };
-        let channel = cell.get_or_init(|| {
-            notice_channel(name, member)
-                .unwrap_or_else(|| channel(name))
-                .into()
-        });
         (publish_verb(member), channel)
     }
 }

@@ -10,11 +10,9 @@ use redis::{Cmd, Value};
 
 #[cfg(doc)]
 use crate::Redlock;
-use crate::engine::target::publish_verb;
 use crate::engine::value::random_value;
 use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
-use crate::nodes::listener::{channel, notice_channel};
 use crate::nodes::probe::{Answer, bounded, each_node, eval, send, unexpected};
 use crate::primitives::mutex::{EXTEND, RELEASE, RELEASE_NOTIFY};
 
@@ -415,11 +413,7 @@ async fn extend_and_unlock(
         Ok(other) => return Round::Failed("the extend script", unexpected(&other)),
         Err(error) => return Round::Failed("the extend script", error),
     }
-    // The notice goes out as a lock's release would send it to this kind of member.
-    let member = connection.member();
-    let channel = notice_channel(scratch, member).unwrap_or_else(|| channel(scratch));
-    let notify = [value, publish_verb(member), &channel];
-    let notice = eval(connection, &RELEASE_NOTIFY, &keys, &notify);
+    let notice = eval(connection, &RELEASE_NOTIFY, &keys, &args[..1]);
     let refused = match bounded(timeout, notice).await {
         Ok(Value::Int(1)) => return Round::Done,
         Ok(other) => unexpected(&other),

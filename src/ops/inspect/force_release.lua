@@ -4,8 +4,8 @@
 -- hash tag, which only a plain mutex takes) stands in for them itself, and is deleted once. To
 -- publish a release notice for each deleted name key as the mutex's release_notify.lua does (with
 -- the released value, so waiters tell this release from others), ARGV[1] = the command that
--- publishes and ARGV[1 + n] = the channel of the n-th name. Returns 1 when a key was deleted, 0
--- when there was none.
+-- publishes and, on a cluster, ARGV[1 + n] = the channel of the n-th name. Returns 1 when a key
+-- was deleted, 0 when there was none.
 --
 -- The name's key goes whatever its type: a lock value, the readers' marker, or a semaphore's
 -- sorted set of holders (permit count and all). Where readers held the name (its key holds their
@@ -23,7 +23,9 @@ for i = 1, #KEYS, 3 do
     if kind == 'string' then current = redis.call('GET', KEYS[i]) end
     if current == 'redmutex:readers' then redis.call('DEL', KEYS[i + 1]) end
     redis.call('DEL', KEYS[i])
-    if ARGV[1] then redis.call(ARGV[1], ARGV[1 + (i + 2) / 3], current) end
+    if ARGV[1] then
+      redis.call(ARGV[1], ARGV[1 + (i + 2) / 3] or 'redmutex:released:' .. KEYS[i], current)
+    end
     deleted = 1
   end
   if redis.call('DEL', KEYS[i + 2]) > 0 then deleted = 1 end

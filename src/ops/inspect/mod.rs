@@ -15,12 +15,11 @@ pub use state::{Holder, LockState};
 use futures::future::join_all;
 
 use crate::engine::quorum::quorum;
-use crate::engine::target::publish_verb;
+use crate::engine::target::{channel_arg, publish_verb};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::nodes::Member;
 use crate::nodes::connection::NodeConnection;
 use crate::nodes::hash_tag::slot_prefix;
-use crate::nodes::listener::{channel, notice_channel};
 use crate::nodes::probe::{each_node, eval, unexpected};
 use crate::nodes::script::{Script, lua};
 use crate::primitives::mutex::Mutex;
@@ -158,12 +157,7 @@ async fn force_on(
     let mut args: Vec<String> = Vec::new();
     if notify {
         args.push(publish_verb(member).to_owned());
-        // Never without a channel: the settings that publish refuse names that have none.
-        args.extend(
-            names
-                .iter()
-                .map(|name| notice_channel(name, member).unwrap_or_else(|| channel(name))),
-        );
+        args.extend(names.iter().filter_map(|name| channel_arg(name, member)));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match eval(&mut connection, &FORCE_RELEASE, &keys, &args).await? {

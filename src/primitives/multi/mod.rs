@@ -12,10 +12,9 @@ use std::sync::Arc;
 use redis::Cmd;
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Target, Verb, check_prefix, publish_verb};
+use crate::engine::target::{self, Target, Verb, channel_arg, check_prefix, publish_verb};
 use crate::error::Error;
 use crate::nodes::Member;
-use crate::nodes::listener::{channel, notice_channel};
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
@@ -137,7 +136,9 @@ impl Target for MultiTarget {
             Op::Release { notify: true, .. } => {
                 cmd.arg(publish_verb(member));
                 for name in &self.names {
-                    cmd.arg(notice_channel(name, member).unwrap_or_else(|| channel(name)));
+                    if let Some(channel) = channel_arg(name, member) {
+                        cmd.arg(channel);
+                    }
                 }
             }
             Op::Raise(token) => {
@@ -243,20 +244,11 @@ mod tests {
         };
         assert_eq!(release(false, Standalone), ["3", "a", "b", "c", "v"]);
         assert_eq!(release(false, Cluster), release(false, Standalone));
-        // Each name's notice on its own channel.
+        // Each name's notice on its own channel: on a standalone server the script's default,
+        // the name's channel of today.
         assert_eq!(
             release(true, Standalone),
-            [
-                "3",
-                "a",
-                "b",
-                "c",
-                "v",
-                "PUBLISH",
-                "redmutex:released:a",
-                "redmutex:released:b",
-                "redmutex:released:c"
-            ]
+            ["3", "a", "b", "c", "v", "PUBLISH"]
         );
         let extend = target.command(Op::Extend, Delivery::ByDigest, Standalone, "v", 5);
         assert_eq!(words(&extend)[1], EXTEND.digest());

@@ -60,7 +60,7 @@ pub(crate) struct MutexTarget {
     /// The fair line's keys beside the name, made on first use: every fair round and release
     /// names them.
     line: OnceLock<LineKeys>,
-    /// The channels its releases publish on, made on first use.
+    /// The channel its releases publish on, on a cluster.
     channels: Channels,
 }
 
@@ -78,9 +78,13 @@ impl MutexTarget {
         self.line.get_or_init(|| LineKeys::new(&self.name[0]))
     }
 
-    /// The verb and channel of the name's notices on `member`.
-    pub(crate) fn notices(&self, member: Member) -> (&'static str, &str) {
-        self.channels.get(&self.name[0], member)
+    /// The command and channel of the name's notices on `member`, where it needs them (see
+    /// `engine::target::channel_arg`).
+    fn notices(&self, member: Member) -> Option<(&'static str, &str)> {
+        match self.channels.get(&self.name[0], member) {
+            (publish, Some(channel)) => Some((publish, channel)),
+            (_, None) => None,
+        }
     }
 
     fn command_for(&self, op: Op, verb: Verb, member: Member, value: &str, millis: u64) -> Cmd {
@@ -111,20 +115,24 @@ impl MutexTarget {
                 script_cmd(verb.script(&RELEASE), verb, name, value, None)
             }
             Op::Release { notify: true, .. } => {
-                let (publish, channel) = self.notices(member);
                 let script = verb.script(&RELEASE_NOTIFY);
-                let mut cmd = Cmd::with_capacity(
-                    7,
-                    48 + script.len() + name.len() + value.len() + channel.len(),
-                );
-                cmd.arg(verb.word())
-                    .arg(script)
-                    .arg(1)
-                    .arg(&**name)
-                    .arg(value)
-                    .arg(publish)
-                    .arg(channel);
-                cmd
+                match self.notices(member) {
+                    None => script_cmd(script, verb, name, value, None),
+                    Some((publish, channel)) => {
+                        let mut cmd = Cmd::with_capacity(
+                            7,
+                            48 + script.len() + name.len() + value.len() + channel.len(),
+                        );
+                        cmd.arg(verb.word())
+                            .arg(script)
+                            .arg(1)
+                            .arg(&**name)
+                            .arg(value)
+                            .arg(publish)
+                            .arg(channel);
+                        cmd
+                    }
+                }
             }
             Op::AcquireFenced => {
                 let script = verb.script(&ACQUIRE_FENCED);
@@ -317,8 +325,9 @@ mod tests {
         }
     }
 
-    /// A release notice goes out with `PUBLISH` on the name's own channel on a standalone server,
-    /// and with `SPUBLISH` on the sharded channel in its slot on a cluster; both are arguments.
+    /// A release notice goes out with `SPUBLISH` on the sharded channel in the name's slot on a
+    /// cluster, both passed as arguments; a standalone server gets the request it got before (the
+    /// scripts default to `PUBLISH` on the name's channel of today).
     #[test]
     fn notices_go_out_as_the_member_takes_them() {
         let target = mutex("n");
@@ -329,14 +338,7 @@ mod tests {
         let standalone = target.command(notify, Delivery::ByDigest, Standalone, "v", 8);
         assert_eq!(
             words(&standalone)[1..],
-            [
-                RELEASE_NOTIFY.digest(),
-                "1",
-                "n",
-                "v",
-                "PUBLISH",
-                "redmutex:released:n"
-            ]
+            [RELEASE_NOTIFY.digest(), "1", "n", "v"]
         );
         let cluster = target.command(notify, Delivery::Inline, Cluster, "v", 8);
         assert_eq!(
@@ -362,16 +364,16 @@ mod tests {
                 "redmutex:released:{n}"
             ]
         );
-        let round = target.command(
-            Op::Round { ticket: 3 },
-            Delivery::ByDigest,
-            Standalone,
-            "v",
-            8,
-        );
+        let release = target.command(hand_off, Delivery::ByDigest, Standalone, "v", 8);
+        assert_eq!(words(&release)[7..], ["v"]);
+        let round = |member| {
+            let round = target.command(Op::Round { ticket: 3 }, Delivery::ByDigest, member, "v", 8);
+            words(&round)[7..].to_vec()
+        };
+        assert_eq!(round(Standalone), ["v", "8", "3"]);
         assert_eq!(
-            words(&round)[7..],
-            ["v", "8", "3", "PUBLISH", "redmutex:released:n"]
+            round(Cluster),
+            ["v", "8", "3", "SPUBLISH", "redmutex:released:{n}"]
         );
     }
 

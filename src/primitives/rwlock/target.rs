@@ -159,7 +159,10 @@ impl Target for ReadTarget {
                     .arg(value);
                 if notify {
                     let (publish, channel) = self.channels.get(name, member);
-                    cmd.arg(publish).arg(channel);
+                    cmd.arg(publish);
+                    if let Some(channel) = channel {
+                        cmd.arg(channel);
+                    }
                 }
             }
         }
@@ -346,14 +349,7 @@ mod tests {
         let cmd = read.command(op, Delivery::ByDigest, Standalone, "v", 8000);
         assert_eq!(
             words(&cmd)[2..],
-            [
-                "2",
-                "{t}x",
-                "{t}x::readers",
-                "v",
-                "PUBLISH",
-                "redmutex:released:{t}x"
-            ]
+            ["2", "{t}x", "{t}x::readers", "v", "PUBLISH"]
         );
         let cmd = read.command(op, Delivery::ByDigest, Cluster, "v", 8000);
         assert_eq!(

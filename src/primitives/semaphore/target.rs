@@ -33,7 +33,7 @@ pub(crate) const SCRIPTS: &[Script] = &[ACQUIRE, EXTEND, RELEASE];
 pub(crate) struct PermitsTarget {
     name: [Arc<str>; 1],
     permits: u32,
-    /// The channels its releases publish on, made on first use.
+    /// The channel its releases publish on, on a cluster.
     channels: Channels,
 }
 
@@ -114,7 +114,10 @@ impl Target for PermitsTarget {
                 let mut cmd = semaphore_cmd(verb.script(&RELEASE), verb, name, value, &[]);
                 if notify {
                     let (publish, channel) = self.channels.get(name, member);
-                    cmd.arg(publish).arg(channel);
+                    cmd.arg(publish);
+                    if let Some(channel) = channel {
+                        cmd.arg(channel);
+                    }
                 }
                 cmd
             }
@@ -172,7 +175,7 @@ mod tests {
         assert_eq!(release(false, Cluster), release(false, Standalone));
         assert_eq!(
             release(true, Standalone)[2..],
-            ["1", "jobs", "v", "PUBLISH", "redmutex:released:jobs"]
+            ["1", "jobs", "v", "PUBLISH"]
         );
         assert_eq!(
             release(true, Cluster)[2..],

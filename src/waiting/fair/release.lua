@@ -1,7 +1,7 @@
 -- Leaves the line, and releases the lock if it holds our value, handing it to the head of the
--- line. KEYS as for round.lua; ARGV[1] = value, ARGV[2] = the command that publishes notices
--- (`PUBLISH` on a standalone server, `SPUBLISH` on a Redis Cluster), ARGV[3] = the name's notice
--- channel. Replies as the mutex's release.lua does.
+-- line. KEYS as for round.lua; ARGV[1] = value; on a Redis Cluster also ARGV[2] = the command that
+-- publishes notices (`SPUBLISH`) and ARGV[3] = the name's notice channel (left out, `PUBLISH` on
+-- the channel of the mutex's release_notify.lua). Replies as the mutex's release.lua does.
 --
 -- The hand-off sets the key to the head's value for what is left of the head's entry: the head
 -- renewed its entry at a moment it knows, so it knows how long the key lives without asking (see
@@ -9,7 +9,9 @@
 -- capability), and carries the node's ticket counter (a hint for later joiners) and the ticket the
 -- head's place had. Without a head the notice is the plain release notice.
 
-local function publish(notice) redis.call(ARGV[2], ARGV[3], notice) end
+local function publish(notice)
+  redis.call(ARGV[2] or 'PUBLISH', ARGV[3] or 'redmutex:released:' .. KEYS[1], notice)
+end
 --- @include "release_without_line.lua"
 --- @include "clock_and_sweep.lua"
 --- @include "head_of_line.lua"

@@ -7,7 +7,7 @@
 //! set of the waiters' lock values scored by their tickets; `{<name>}:line:until`, the same members
 //! scored by when each entry expires on the node's own clock (milliseconds of `TIME`); and
 //! `{<name>}:ticket`, the highest ticket the node ever took. Release and grant notices go out on
-//! the channel and with the command the client passes (see `engine::target::Channels`). Entries
+//! the channel and with the command the client passes (see `engine::target::channel_arg`). Entries
 //! expire unless their waiter renews them, every script sweeps the expired ones first, and the
 //! three keys expire with the line's last entry. A node grants the lock only to the waiter with
 //! the lowest live ticket it holds (the head), ties broken by value; `waiting::fair` says why that
@@ -76,7 +76,8 @@ impl LineKeys {
 }
 
 /// A fair waiter's round on `name` (see `round.lua`), whose hand-off publishes a grant notice
-/// with `notices` (the verb and the channel, see `engine::target::Channels`).
+/// with `notices` (the command and the channel, where the member needs them: see
+/// `engine::target::channel_arg`).
 pub(crate) fn round(
     verb: Verb,
     name: &str,
@@ -84,17 +85,22 @@ pub(crate) fn round(
     value: &str,
     millis: u64,
     ticket: u64,
-    notices: (&str, &str),
+    notices: Option<(&str, &str)>,
 ) -> Cmd {
-    let (publish, channel) = notices;
-    let args = [
-        value,
-        &millis.to_string(),
-        &ticket.to_string(),
-        publish,
-        channel,
-    ];
-    line_cmd(verb.script(&ROUND), verb, name, keys, &args)
+    let (millis, ticket) = (millis.to_string(), ticket.to_string());
+    match notices {
+        None => line_cmd(
+            verb.script(&ROUND),
+            verb,
+            name,
+            keys,
+            &[value, &millis, &ticket],
+        ),
+        Some((publish, channel)) => {
+            let args = [value, &millis, &ticket, publish, channel];
+            line_cmd(verb.script(&ROUND), verb, name, keys, &args)
+        }
+    }
 }
 
 /// A fair mutex's release, which hands the lock to the head of the line (see `release.lua`),
@@ -104,11 +110,18 @@ pub(crate) fn release(
     name: &str,
     keys: &LineKeys,
     value: &str,
-    notices: (&str, &str),
+    notices: Option<(&str, &str)>,
 ) -> Cmd {
-    let (publish, channel) = notices;
-    let args = [value, publish, channel];
-    line_cmd(verb.script(&RELEASE), verb, name, keys, &args)
+    match notices {
+        None => line_cmd(verb.script(&RELEASE), verb, name, keys, &[value]),
+        Some((publish, channel)) => line_cmd(
+            verb.script(&RELEASE),
+            verb,
+            name,
+            keys,
+            &[value, publish, channel],
+        ),
+    }
 }
 
 /// A fair mutex's plain first try: `set` (the mutex's `SET NX`), then `EXISTS` on the name's line,
@@ -170,5 +183,12 @@ mod tests {
         assert_eq!(GRANT_MARK, b'\0');
         assert!(RELEASE.text().contains(r"'\0' .. redis.sha1hex(head)"));
         assert!(ROUND.text().contains(r"'\0' .. redis.sha1hex(head)"));
+        // Where no channel is given (a standalone server), the listeners' one.
+        for script in [RELEASE, ROUND] {
+            assert!(script.text().contains(&format!(
+                "'{}' .. KEYS[1]",
+                crate::nodes::listener::NOTICE_PREFIX
+            )));
+        }
     }
 }
