@@ -159,8 +159,8 @@ pub(crate) fn publish_verb(member: Member) -> &'static str {
 ///
 /// The scripts that publish take the command and the channel as their last arguments, and
 /// default to `PUBLISH` on that channel where they are left out: so a standalone server receives
-/// the requests it received before there were clusters, byte for byte. Two more arguments would
-/// cost it about a tenth more work per release with notice (`benches/README.md`).
+/// the requests it received before there were clusters, byte for byte: two more arguments cost a
+/// node measurably more work per release with notice (`benches/README.md`).
 ///
 /// A name without a slot prefix has no channel on a cluster: the settings that publish refuse it
 /// before any I/O (see [`check_prefix`]), so what stands in for it here (the standalone channel,

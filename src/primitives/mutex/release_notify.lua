@@ -9,7 +9,7 @@
 -- (`notice_channel` in `nodes/listener.rs`). Left out, as a standalone server gets the script,
 -- they are `PUBLISH` on `redmutex:released:` followed by the name (`NOTICE_PREFIX` in
 -- `nodes/listener.rs`; a unit test keeps the two equal): two arguments more would cost every
--- release a tenth more work on the node. The message is the released value, which tells one
+-- release measurably more work on the node. The message is the released value, which tells one
 -- release from the next (see `waiting/hub/line.rs`); it reveals nothing new, as any client of the
 -- node could read it with GET while the lock was held.
 
