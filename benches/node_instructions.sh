@@ -10,7 +10,8 @@
 #
 # Usage: bash benches/node_instructions.sh [pairs]   (default 2000; about a minute)
 #        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only;
-#        fair-handoff, a join round and a release that hands over, runs only when named)
+#        fair-handoff, a join round and a release that hands over, and wake-sharded, the release
+#        notice as a cluster member's script sends it (SPUBLISH), run only when named)
 # Needs valgrind and redis-server (Debian's packages valgrind, redis-server).
 set -euo pipefail
 # Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
@@ -78,6 +79,9 @@ write_acquire_sha=$(sha "$write_acquire")
 noop='return 0'
 noop_sha=$(sha "$noop")
 
+# The keys beside the name `n` are in its slot: `{n}:line`, ... (see `engine::target::beside`).
+line=('{n}:line' '{n}:line:until' '{n}:ticket')
+
 # The commands of `count` pairs of case `case`, in RESP.
 commands() {
     local case=$1 count=$2 i v
@@ -87,10 +91,10 @@ commands() {
     done
     if [ "$case" = read-among-7 ]; then
         for i in 1 2 3 4 5 6 7; do
-            resp ZADD n:readers 9999999999999 "other$i"
+            resp ZADD '{n}:readers' 9999999999999 "other$i"
         done
         resp SET n redmutex:readers PXAT 9999999999999
-        resp PEXPIREAT n:readers 9999999999999
+        resp PEXPIREAT '{n}:readers' 9999999999999
     fi
     if [ "$case" = fair-handoff ]; then
         resp SET n value0 PX 8000
@@ -103,26 +107,34 @@ commands() {
             resp EVALSHA "$release_sha" 1 n "$v"
             ;;
         wake)
-            # Wake-up on release: the release publishes a notice.
+            # Wake-up on release: the release publishes a notice (PUBLISH on the name's channel,
+            # the script's defaults, as a standalone server gets it).
             resp SET n "$v" NX PX 8000
             resp EVALSHA "$release_notify_sha" 1 n "$v"
+            ;;
+        wake-sharded)
+            # The same, as a cluster member's script publishes: the command and the channel as
+            # arguments, SPUBLISH on the name's slot channel (a standalone server takes sharded
+            # pub/sub too, from 7.0).
+            resp SET n "$v" NX PX 8000
+            resp EVALSHA "$release_notify_sha" 1 n "$v" SPUBLISH 'redmutex:released:{n}'
             ;;
         fair-entry)
             # A fair mutex while nobody waits: the plain entry, then the fair release.
             resp SET n "$v" NX PX 8000
-            resp EXISTS n:line
-            resp EVALSHA "$fair_release_sha" 4 n n:line n:line:until n:ticket "$v"
+            resp EXISTS '{n}:line'
+            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
             ;;
         fair-round)
             # A fair round on a free name (its fast path), then the fair release.
-            resp EVALSHA "$fair_round_sha" 4 n n:line n:line:until n:ticket "$v" 8000 1
-            resp EVALSHA "$fair_release_sha" 4 n n:line n:line:until n:ticket "$v"
+            resp EVALSHA "$fair_round_sha" 4 n "${line[@]}" "$v" 8000 1
+            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
             ;;
         fair-handoff)
             # Contended: the next waiter joins the line (a full round), then the holder's
             # release hands the key to it, which holds in the next pair.
-            resp EVALSHA "$fair_round_sha" 4 n n:line n:line:until n:ticket "value$((i + 1))" 8000 $((i + 1))
-            resp EVALSHA "$fair_release_sha" 4 n n:line n:line:until n:ticket "$v"
+            resp EVALSHA "$fair_round_sha" 4 n "${line[@]}" "value$((i + 1))" 8000 $((i + 1))
+            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
             ;;
         empty-scripts)
             # The fixed cost of running a script: two that do nothing, with a mutex's arguments.
@@ -132,15 +144,15 @@ commands() {
         names-*)
             local n=${case#names-} keys=() k
             for ((k = 0; k < n; k++)); do keys+=("n:$k"); done
-            resp EVALSHA "$names_acquire_sha" "$n" "${keys[@]}" "$v" 8000 0
-            resp EVALSHA "$names_release_sha" "$n" "${keys[@]}" "$v" 0
+            resp EVALSHA "$names_acquire_sha" "$n" "${keys[@]}" "$v" 8000 1
+            resp EVALSHA "$names_release_sha" "$n" "${keys[@]}" "$v"
             ;;
         read | read-among-7)
-            resp EVALSHA "$read_acquire_sha" 3 n n:readers n:writer-waiting "$v" 8000
-            resp EVALSHA "$read_release_sha" 2 n n:readers "$v" 0
+            resp EVALSHA "$read_acquire_sha" 3 n '{n}:readers' '{n}:writer-waiting' "$v" 8000
+            resp EVALSHA "$read_release_sha" 2 n '{n}:readers' "$v"
             ;;
         write)
-            resp EVALSHA "$write_acquire_sha" 3 n n:readers n:writer-waiting "$v" 8000 1450
+            resp EVALSHA "$write_acquire_sha" 3 n '{n}:readers' '{n}:writer-waiting' "$v" 8000 1450
             resp EVALSHA "$release_sha" 1 n "$v"
             ;;
         esac

@@ -205,6 +205,16 @@ pub enum NodeErrorKind {
         /// What the node runs, e.g. `"Redis 6.2.14"`.
         runs: String,
     },
+    /// The member is a Redis Cluster, and the names of a multi-name lock hash to different slots
+    /// of it, so nothing was sent to it: one script can only touch one slot, and a lock across
+    /// shards would need a protocol of its own inside the member. Names that share a hash tag
+    /// (`{order:42}:items`, `{order:42}:payment`) share a slot. This is a
+    /// [`refusal`](Self::is_refusal).
+    #[error(
+        "the names are in different hash slots of this Redis Cluster, which one multi-name lock \
+         cannot span: give them one hash tag, as in `{{order:42}}:items` and `{{order:42}}:payment`"
+    )]
+    CrossSlot,
 }
 
 impl NodeErrorKind {
@@ -213,8 +223,9 @@ impl NodeErrorKind {
     /// message), the connection is not authenticated (`NOAUTH`), its credentials were refused
     /// (`WRONGPASS`, or a failed `AUTH` while connecting), a script's user may not run a command,
     /// key or channel of the script, the command is unknown there (disabled or renamed, e.g.
-    /// scripting turned off), or the node's Redis is too old for the primitive
-    /// ([`TooOld`](Self::TooOld)).
+    /// scripting turned off), the node's Redis is too old for the primitive
+    /// ([`TooOld`](Self::TooOld)), or the names of a multi-name lock span slots of a cluster
+    /// ([`CrossSlot`](Self::CrossSlot)).
     ///
     /// `lock()` stops retrying when such refusals alone leave too few nodes for a quorum, and
     /// returns [`Error::NoQuorum`] with them at once. The connection to a node that refused its
@@ -232,7 +243,7 @@ impl NodeErrorKind {
     pub fn is_refusal(&self) -> bool {
         let error = match self {
             NodeErrorKind::Redis(error) => error,
-            NodeErrorKind::TooOld { .. } => return true,
+            NodeErrorKind::TooOld { .. } | NodeErrorKind::CrossSlot => return true,
             _ => return false,
         };
         if error.kind() == redis::ErrorKind::AuthenticationFailed {

@@ -10,6 +10,10 @@ pub mod waiting {}
 pub mod multi_name {}
 
 #[doc = include_str!("../doc/rustdoc-links.md")]
+#[doc = include_str!("../doc/keys.md")]
+pub mod keys {}
+
+#[doc = include_str!("../doc/rustdoc-links.md")]
 #[doc = include_str!("../doc/production.md")]
 pub mod production {}
 

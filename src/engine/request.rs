@@ -2,7 +2,7 @@
 //! that makes it).
 
 use std::borrow::{Borrow, BorrowMut};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::{Cmd, Pipeline, Value};
@@ -10,8 +10,19 @@ use redis::{Cmd, Pipeline, Value};
 use crate::engine::tally::Tally;
 use crate::engine::target::Target;
 use crate::error::NodeErrorKind;
+use crate::nodes::Member;
 use crate::nodes::connection::{NodeConnection, Packed};
-use crate::nodes::version::Needs;
+use crate::nodes::hash_tag::hash_tag;
+use crate::nodes::version::{Needs, Version};
+
+/// What a request that publishes a notice needs of a cluster member: `SPUBLISH` (7.0), whatever
+/// the primitive needs of a standalone server (`PUBLISH` in scripts, 2.6). A cluster member's
+/// version is the lowest of its masters'.
+pub(crate) const SHARDED_NOTICES: Needs = Needs::new(
+    "wake-up on release and fair waiting on a Redis Cluster",
+    Version::new(7, 0, 0),
+    "7.0",
+);
 
 /// What a request does to the lock's keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,13 +64,19 @@ enum Message {
     Pipeline(Pipeline),
 }
 
-/// One command (or pipeline), built once and sent to every node.
+/// One command (or pipeline), built once and sent to every node: in two variants, since a
+/// standalone server and a cluster member take notices differently (see `Target::command`), each
+/// picked by the member kind of the connection it goes out on (see [`call`]).
 pub(crate) struct Request {
     op: Op,
     /// What the node must be able to run (see `nodes::version`).
     needs: &'static Needs,
     delivery: Delivery,
+    /// What a standalone server receives, built with the request.
     message: Message,
+    /// What a cluster member receives, built on first need (a client without cluster members
+    /// never pays for it), or why that member refuses the request (see [`one_slot`]).
+    cluster: OnceLock<Result<Message, NodeErrorKind>>,
     target: Arc<dyn Target>,
     value: Arc<str>,
     millis: u64,
@@ -77,18 +94,89 @@ impl Request {
         millis: u64,
         delivery: Delivery,
     ) -> Self {
-        let message = match target.entry(op, value, millis) {
-            Some(pipeline) => Message::Pipeline(pipeline),
-            None => Message::One(target.command(op, delivery, value, millis)),
-        };
+        let message = Request::build(op, target, value, millis, delivery, Member::Standalone);
         Request {
             op,
             needs: target.needs(op),
             delivery,
             message,
+            cluster: OnceLock::new(),
             target: Arc::clone(target),
             value: Arc::clone(value),
             millis,
+        }
+    }
+
+    fn build(
+        op: Op,
+        target: &Arc<dyn Target>,
+        value: &str,
+        millis: u64,
+        delivery: Delivery,
+        member: Member,
+    ) -> Message {
+        match target.entry(op, member, value, millis) {
+            Some(pipeline) => Message::Pipeline(pipeline),
+            None => Message::One(target.command(op, delivery, member, value, millis)),
+        }
+    }
+
+    /// What a member of kind `member` must run for this request: on a cluster, a request that
+    /// publishes also needs [`SHARDED_NOTICES`].
+    fn needs_on(&self, member: Member) -> &'static Needs {
+        let publishes = match self.op {
+            Op::Release { notify, hand_off } => notify || hand_off,
+            Op::Round { .. } => true,
+            _ => false,
+        };
+        if member == Member::Cluster && publishes && self.needs.version < SHARDED_NOTICES.version {
+            &SHARDED_NOTICES
+        } else {
+            self.needs
+        }
+    }
+
+    /// What a member of kind `member` receives, or why it refuses the request.
+    fn message(&self, member: Member) -> Result<&Message, &NodeErrorKind> {
+        match member {
+            Member::Standalone => Ok(&self.message),
+            Member::Cluster => self
+                .cluster
+                .get_or_init(|| {
+                    self.cluster_refusal()?;
+                    Ok(Request::build(
+                        self.op,
+                        &self.target,
+                        &self.value,
+                        self.millis,
+                        self.delivery,
+                        Member::Cluster,
+                    ))
+                })
+                .as_ref(),
+        }
+    }
+
+    /// Why a cluster member refuses the request before anything is sent to it: the target's names
+    /// hash to different slots of the cluster.
+    ///
+    /// Only a multi-name lock can have such names (every other target has one name, whose keys
+    /// all carry its slot). Its names in one slot are one script on the shard that owns the
+    /// slot, all or nothing, exactly as on a standalone server. Across slots, one script cannot
+    /// do it (Redis refuses a script whose keys span slots, `CROSSSLOT`), and the alternative,
+    /// one script per shard with the member counting only where every shard set every name it
+    /// owns (releasing partial sets), is a second lock protocol inside the member: its own
+    /// timeouts and partial failures, a member that is only as available as all its shards at
+    /// once, and a release that must reach shards which may have moved slots meanwhile. A
+    /// refusal that names the hash-tag rule costs the user a rename, and every name stays free
+    /// to move with its slot. It is a refusal (`NodeErrorKind::is_refusal`), as the version
+    /// gate's: another attempt would fail the same way, so `lock()` stops retrying once
+    /// refusals leave too few members for a quorum, while the other members still count.
+    fn cluster_refusal(&self) -> Result<(), NodeErrorKind> {
+        if one_slot(self.target.names()) {
+            Ok(())
+        } else {
+            Err(NodeErrorKind::CrossSlot)
         }
     }
 
@@ -113,13 +201,19 @@ impl Request {
         }
     }
 
-    /// The same script sent in full, for a node that does not have it cached (NOSCRIPT). `None`
-    /// when the command is no script.
-    fn eval_cmd(&self) -> Option<Cmd> {
-        self.target.is_script(self.op).then(|| {
+    /// The same script sent in full to a member of kind `member`, for a node that does not have
+    /// it cached (NOSCRIPT). `None` when the command is no script, or the member refuses it.
+    fn eval_cmd(&self, member: Member) -> Option<Cmd> {
+        if !self.target.is_script(self.op)
+            || (member == Member::Cluster && self.cluster_refusal().is_err())
+        {
+            return None;
+        }
+        let (value, millis) = (&self.value, self.millis);
+        Some(
             self.target
-                .command(self.op, Delivery::Inline, &self.value, self.millis)
-        })
+                .command(self.op, Delivery::Inline, member, value, millis),
+        )
     }
 
     /// After a release by digest timed out: the EVALSHA may still be queued at a stalled node, which
@@ -130,11 +224,12 @@ impl Request {
         if !matches!(self.op, Op::Release { .. }) || self.delivery != Delivery::ByDigest {
             return;
         }
-        let (Some(eval), Ok(runtime)) = (self.eval_cmd(), tokio::runtime::Handle::try_current())
-        else {
+        let member = connection.member();
+        let eval = self.eval_cmd(member);
+        let (Some(eval), Ok(runtime)) = (eval, tokio::runtime::Handle::try_current()) else {
             return;
         };
-        let (bound, needs) = (Duration::from_millis(self.millis), self.needs);
+        let (bound, needs) = (Duration::from_millis(self.millis), self.needs_on(member));
         runtime.spawn(async move {
             let sent = connection.send_for(needs, Packed::One(&eval));
             let _ = tokio::time::timeout(bound, sent).await;
@@ -200,6 +295,35 @@ impl Request {
     }
 }
 
+/// Whether every one of `names` is in one hash slot of a Redis Cluster: the slot of a key is CRC16
+/// (XMODEM) of its hash tag where it has one, else of the whole key, modulo 16384, as the cluster
+/// specification says and `CLUSTER KEYSLOT` answers. Names with one hash tag share a slot, but
+/// so may others, by chance: the cluster accepts them in one script, and so does this.
+fn one_slot(names: &[Arc<str>]) -> bool {
+    let slot = |name: &str| crc16(hash_tag(name).unwrap_or(name).as_bytes()) % 16384;
+    match names.split_first() {
+        Some((first, rest)) => {
+            let first = slot(first);
+            rest.iter().all(|name| slot(name) == first)
+        }
+        None => true,
+    }
+}
+
+/// CRC16 as Redis Cluster hashes keys: polynomial 0x1021, initial value 0, no reflection, no
+/// final xor (the XMODEM variant).
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0, |crc, &byte| {
+        (0..8).fold(crc ^ (u16::from(byte) << 8), |crc, _| {
+            if crc & 0x8000 == 0 {
+                crc << 1
+            } else {
+                (crc << 1) ^ 0x1021
+            }
+        })
+    })
+}
+
 /// A short description of an unexpected reply; long replies are cut so errors stay readable.
 fn describe(reply: &Value) -> String {
     const LIMIT: usize = 120;
@@ -224,18 +348,16 @@ pub(crate) async fn call(
     request: impl Borrow<Request>,
 ) -> Result<u64, NodeErrorKind> {
     let (connection, request) = (connection.borrow_mut(), request.borrow());
-    let packed = match &request.message {
+    let member = connection.member();
+    let packed = match request.message(member).map_err(NodeErrorKind::clone)? {
         Message::One(cmd) => Packed::One(cmd),
         Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
     };
-    let reply = match connection.send_for(request.needs, packed).await? {
+    let needs = request.needs_on(member);
+    let reply = match connection.send_for(needs, packed).await? {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
-        Value::ServerError(error) if error.code() == "NOSCRIPT" => match request.eval_cmd() {
-            Some(eval) => {
-                connection
-                    .send_for(request.needs, Packed::One(&eval))
-                    .await?
-            }
+        Value::ServerError(error) if error.code() == "NOSCRIPT" => match request.eval_cmd(member) {
+            Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
             None => Value::ServerError(error),
         },
         reply => reply,
@@ -332,6 +454,138 @@ mod tests {
             entry.interpret(Value::Okay),
             Err(NodeErrorKind::UnexpectedReply(_))
         ));
+    }
+
+    /// A request builds what a standalone server receives at once, and what a cluster member
+    /// receives only once one is sent to (never, where no member is a cluster); each publishes
+    /// as its member takes notices, the NOSCRIPT fallback too.
+    #[test]
+    fn each_member_kind_gets_its_variant_and_a_cluster_only_on_need() {
+        use crate::primitives::words;
+        let notify = Op::Release {
+            notify: true,
+            hand_off: false,
+        };
+        let request = request(notify);
+        let sent = |member| match request.message(member) {
+            Ok(Message::One(cmd)) => words(cmd),
+            _ => panic!("one command"),
+        };
+        assert_eq!(
+            sent(Member::Standalone).last().map(String::as_str),
+            Some("PUBLISH")
+        );
+        assert!(
+            request.cluster.get().is_none(),
+            "no cluster variant until needed"
+        );
+        assert_eq!(
+            sent(Member::Cluster).last().map(String::as_str),
+            Some("SPUBLISH")
+        );
+        assert!(request.cluster.get().is_some());
+        for (member, verb) in [
+            (Member::Standalone, "PUBLISH"),
+            (Member::Cluster, "SPUBLISH"),
+        ] {
+            let eval = words(&request.eval_cmd(member).expect("a script"));
+            assert_eq!(eval[0], "EVAL");
+            assert_eq!(eval.last().map(String::as_str), Some(verb));
+        }
+    }
+
+    /// `SPUBLISH` came with Redis 7.0: a cluster member older than that is refused what publishes
+    /// (by the version gate, before anything is sent), and nothing else.
+    #[test]
+    fn notices_on_a_cluster_need_redis_7() {
+        let release = |notify, hand_off| request(Op::Release { notify, hand_off });
+        for publishes in [
+            release(true, false),
+            release(true, true),
+            request(Op::Round { ticket: 1 }),
+        ] {
+            assert_eq!(publishes.needs_on(Member::Cluster), &SHARDED_NOTICES);
+            assert_ne!(publishes.needs_on(Member::Standalone), &SHARDED_NOTICES);
+        }
+        for quiet in [
+            release(false, false),
+            request(Op::Extend),
+            request(Op::Acquire),
+        ] {
+            assert_ne!(quiet.needs_on(Member::Cluster), &SHARDED_NOTICES);
+        }
+        let old = crate::nodes::version::ServerVersion::Redis(Version::new(6, 2, 14));
+        let refusal = old.allows(&SHARDED_NOTICES).unwrap_err();
+        assert_eq!(
+            refusal.to_string(),
+            "wake-up on release and fair waiting on a Redis Cluster need Redis 7.0 or later; \
+             this node runs Redis 6.2.14"
+        );
+    }
+
+    /// Names in different slots are refused by a cluster member before anything is sent (see
+    /// `cluster_refusal`), a refusal that names the hash-tag rule; names in one slot, and any
+    /// names on a standalone server, go as one script.
+    #[test]
+    fn a_cluster_member_refuses_names_across_slots() {
+        let build = |names: &[&str]| {
+            let target: Arc<dyn Target> = Arc::new(OneName::several(names));
+            Request::new(Op::Extend, &target, &Arc::from("v"), 8000)
+        };
+        let across = build(&["a", "b"]);
+        assert_ne!(testenv::key_slot("a"), testenv::key_slot("b"));
+        assert!(across.message(Member::Standalone).is_ok());
+        match across.message(Member::Cluster) {
+            Err(refusal @ NodeErrorKind::CrossSlot) => {
+                assert!(refusal.is_refusal());
+                assert!(refusal.to_string().contains("hash tag"), "{refusal}");
+            }
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("sent across slots"),
+        }
+        assert!(
+            across.eval_cmd(Member::Cluster).is_none(),
+            "no fallback either"
+        );
+        assert!(across.eval_cmd(Member::Standalone).is_some());
+        for names in [&["{o}:a", "{o}:b", "o"][..], &["a"], &["a", "a"]] {
+            assert!(build(names).message(Member::Cluster).is_ok(), "{names:?}");
+        }
+    }
+
+    /// The slots the engine computes are the cluster's (`testenv::key_slot` follows the
+    /// specification, and its own tests check it against `CLUSTER KEYSLOT`).
+    #[test]
+    fn slots_are_the_cluster_specification() {
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        let names: Vec<String> = (0..2000)
+            .map(|i| match i % 4 {
+                0 => format!("order:{i}"),
+                1 => format!("{{user:{}}}:cart:{i}", i % 7),
+                2 => format!("x{{}}y{{{i}}}"),
+                _ => format!("é}}{{{i}"),
+            })
+            .collect();
+        let pair = |a: &str, b: &str| one_slot(&[Arc::from(a), Arc::from(b)]);
+        // Names of different hash tags that share a slot by chance are one slot too: with 2000
+        // names in 16384 slots, there are a hundred such pairs or so.
+        let mut first_in_slot = std::collections::HashMap::new();
+        let mut shared = 0;
+        for name in &names {
+            let slot = testenv::key_slot(name);
+            let first: &String = first_in_slot.entry(slot).or_insert(name);
+            assert!(pair(first, name), "{first} {name}");
+            shared += usize::from(first != name);
+            let other = &names[0];
+            assert_eq!(
+                pair(other, name),
+                slot == testenv::key_slot(other),
+                "{name}"
+            );
+        }
+        assert!(shared > 10, "{shared}");
+        let tagged: Vec<Arc<str>> = (0..50).map(|i| format!("{{user:1}}:{i}").into()).collect();
+        assert!(one_slot(&tagged));
     }
 
     #[test]

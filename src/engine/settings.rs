@@ -126,6 +126,9 @@ impl Settings {
         if self.fencing {
             target.check_fencing()?;
         }
+        if self.fencing || self.fair || self.wake_on_release {
+            target.check_beside()?;
+        }
         if self.fair && !target.has_line() {
             return Err(Error::config(
                 "fair",

@@ -7,7 +7,7 @@
 //! follow one convention for all of them (see `request::Request::interpret`).
 
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use redis::{Cmd, Pipeline};
 
@@ -15,6 +15,9 @@ use crate::engine::quorum::quorum;
 use crate::engine::request::{Delivery, Op};
 use crate::engine::tally::Tally;
 use crate::error::Error;
+use crate::nodes::Member;
+use crate::nodes::hash_tag::slot_prefix;
+use crate::nodes::listener::{channel, notice_channel};
 use crate::nodes::script::Script;
 use crate::nodes::version::Needs;
 
@@ -52,6 +55,19 @@ pub(crate) trait Target: fmt::Debug + Send + Sync {
         Ok(())
     }
 
+    /// Whether every name can have keys and a notice channel beside it, in its slot: asked where
+    /// the settings keep some (fencing, fair waiting, wake-up on release; a read-write lock's
+    /// `check` asks always). See [`check_prefix`].
+    fn check_beside(&self) -> Result<(), Error> {
+        for (index, name) in self.names().iter().enumerate() {
+            check_prefix(name, || match index {
+                0 => "name".to_owned(),
+                _ => format!("names[{index}]"),
+            })?;
+        }
+        Ok(())
+    }
+
     /// Whether waiters can wait in a fair line on the nodes (see `waiting::fair`): only where the
     /// line's scripts can hand the target's one key from holder to waiter.
     fn has_line(&self) -> bool {
@@ -77,13 +93,104 @@ pub(crate) trait Target: fmt::Debug + Send + Sync {
         true
     }
 
-    /// The command of `op` for this target: a plain command, or a script sent as `delivery` says.
-    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd;
+    /// The command of `op` for this target on a member of kind `member`: a plain command, or a
+    /// script sent as `delivery` says. The keys are the same on both kinds; what differs is how
+    /// notices go out (see [`Channels`]), and that a fenced acquire on a standalone server also
+    /// reads the counter where the previous key layout kept it.
+    fn command(&self, op: Op, delivery: Delivery, member: Member, value: &str, millis: u64) -> Cmd;
 
     /// The pipeline of `op` where it is one (sent in one write, answered as one array), instead
     /// of [`command`](Target::command). None by default.
-    fn entry(&self, _op: Op, _value: &str, _millis: u64) -> Option<Pipeline> {
+    fn entry(&self, _op: Op, _member: Member, _value: &str, _millis: u64) -> Option<Pipeline> {
         None
+    }
+}
+
+/// The key `suffix` beside `name` (one of the reserved suffixes, see `primitives`): the name's
+/// slot prefix followed by the suffix, `{order:42}:fence` for `order:42` and
+/// `{user:1}:cart::fence` for `{user:1}:cart` (see
+/// [`slot_prefix`](crate::nodes::hash_tag::slot_prefix)), so that on a Redis Cluster every key of
+/// a name is in the name's slot, and one script can touch them all.
+///
+/// A name without a prefix (a `}` and no hash tag) has no keys beside it: every setting and
+/// primitive that keeps some refuses it before any I/O ([`check_prefix`]), so what stands in for
+/// it here (the name followed by the suffix, so that nothing panics) is never sent.
+pub(crate) fn beside(name: &str, suffix: &str) -> String {
+    match slot_prefix(name) {
+        Some(prefix) => format!("{prefix}{suffix}"),
+        None => format!("{name}{suffix}"),
+    }
+}
+
+/// Refuses a name that has no slot prefix (a `}` and no hash tag, see
+/// [`slot_prefix`](crate::nodes::hash_tag::slot_prefix)) where keys or a notice channel must go
+/// beside it: on a Redis Cluster they must be in the name's slot, which only a prefix gives them,
+/// and a name's keys are named alike on every kind of member. `field` names it in the error.
+pub(crate) fn check_prefix(name: &str, field: impl Fn() -> String) -> Result<(), Error> {
+    if slot_prefix(name).is_some() {
+        return Ok(());
+    }
+    Err(Error::config(
+        field(),
+        format!(
+            "`{name}` contains `}}` but no hash tag, so nothing can be kept beside it: fencing, \
+             fair waiting, wake-up on release and read-write locks keep keys (or a notice \
+             channel) beside a name as `{{<name>}}:<suffix>`, in the name's Redis Cluster slot, \
+             which a `}}` in the name would end early; rename it, or give it a hash tag of its \
+             own (`{{tag}}...`)"
+        ),
+    ))
+}
+
+/// How a script publishes a name's notices on a member of kind `member`: `PUBLISH` on a
+/// standalone server; `SPUBLISH` on a cluster (sharded pub/sub, Redis 7.0), where a notice
+/// reaches only the subscribers of the channel's slot instead of being broadcast to every node.
+pub(crate) fn publish_verb(member: Member) -> &'static str {
+    match member {
+        Member::Standalone => "PUBLISH",
+        Member::Cluster => "SPUBLISH",
+    }
+}
+
+/// The channel of `name`'s notices that a script must be given on a member of kind `member`:
+/// none on a standalone server, where the scripts publish on their default channel,
+/// `redmutex:released:<name>` (a unit test keeps it equal to `notice_channel`'s); the sharded
+/// channel in the name's slot on a cluster (see `nodes::listener::notice_channel`).
+///
+/// The scripts that publish take the command and the channel as their last arguments, and
+/// default to `PUBLISH` on that channel where they are left out: so a standalone server receives
+/// the requests it received before there were clusters, byte for byte: two more arguments cost a
+/// node measurably more work per release with notice (`benches/README.md`).
+///
+/// A name without a slot prefix has no channel on a cluster: the settings that publish refuse it
+/// before any I/O (see [`check_prefix`]), so what stands in for it here (the standalone channel,
+/// so that nothing panics) is never sent.
+pub(crate) fn channel_arg(name: &str, member: Member) -> Option<String> {
+    match member {
+        Member::Standalone => None,
+        Member::Cluster => Some(notice_channel(name, member).unwrap_or_else(|| channel(name))),
+    }
+}
+
+/// A name's channel on a cluster, made on first use: a target lives as long as its primitive,
+/// and most never publish, or never to a cluster.
+#[derive(Debug, Default)]
+pub(crate) struct Channels {
+    cluster: OnceLock<Option<Box<str>>>,
+}
+
+impl Channels {
+    /// The command and, where the member needs one (see [`channel_arg`]), the channel of
+    /// `name`'s notices on a member of kind `member`.
+    pub(crate) fn get(&self, name: &str, member: Member) -> (&'static str, Option<&str>) {
+        let channel = match member {
+            Member::Standalone => None,
+            Member::Cluster => self
+                .cluster
+                .get_or_init(|| channel_arg(name, member).map(String::into_boxed_str))
+                .as_deref(),
+        };
+        (publish_verb(member), channel)
     }
 }
 
@@ -157,12 +264,17 @@ pub(crate) mod tests {
         "193cde15ebb0d8c62558e5f95c238b87e60b3992",
     );
 
+    /// One name, or (for the engine's refusals on a cluster) several.
     #[derive(Debug)]
-    pub(crate) struct OneName([Arc<str>; 1]);
+    pub(crate) struct OneName(Box<[Arc<str>]>);
 
     impl OneName {
         pub(crate) fn new(name: &str) -> OneName {
-            OneName([Arc::from(name)])
+            OneName::several(&[name])
+        }
+
+        pub(crate) fn several(names: &[&str]) -> OneName {
+            OneName(names.iter().map(|name| Arc::from(*name)).collect())
         }
     }
 
@@ -186,7 +298,15 @@ pub(crate) mod tests {
             op != Op::Acquire
         }
 
-        fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
+        /// A release with notice also names the publish command of `member`.
+        fn command(
+            &self,
+            op: Op,
+            delivery: Delivery,
+            member: Member,
+            value: &str,
+            millis: u64,
+        ) -> Cmd {
             let mut cmd = Cmd::new();
             if op == Op::Acquire {
                 cmd.arg("SET")
@@ -202,6 +322,9 @@ pub(crate) mod tests {
                     .arg(1)
                     .arg(&*self.0[0])
                     .arg(value);
+                if let Op::Release { notify: true, .. } = op {
+                    cmd.arg(publish_verb(member));
+                }
             }
             cmd
         }
@@ -221,7 +344,7 @@ pub(crate) mod tests {
             fn needs(&self, _op: Op) -> &'static Needs {
                 &NEEDS
             }
-            fn command(&self, _: Op, _: Delivery, _: &str, _: u64) -> Cmd {
+            fn command(&self, _: Op, _: Delivery, _: Member, _: &str, _: u64) -> Cmd {
                 Cmd::new()
             }
         }

@@ -8,6 +8,7 @@ use futures::future::Either;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, RedisResult, Value};
 
+use super::Member;
 pub(crate) use super::reconnect::Packed;
 use super::reconnect::Reconnecting;
 use super::script::Script;
@@ -127,6 +128,12 @@ impl NodeConnection {
     pub(crate) fn with_scripts(mut self, scripts: &'static [Script]) -> NodeConnection {
         self.0.scripts = scripts;
         self
+    }
+
+    /// What kind of member this connection reaches, as far as it knows: a connection that has
+    /// not yet learned it counts as a standalone server.
+    pub(crate) fn member(&self) -> Member {
+        Member::Standalone
     }
 
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large

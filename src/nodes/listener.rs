@@ -8,15 +8,17 @@
 //! [`PING_INTERVAL`] that must be answered within [`LISTENER_TIMEOUT`] notices a dead one within
 //! the sum of the two. A release missed meanwhile costs its waiters at most their retry delay.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot};
 
-/// The pub/sub channel of a name's release notices is this prefix followed by the name. The
-/// scripts that publish spell it out too; a unit test keeps them equal.
+use super::Member;
+
+/// The pub/sub channel of a name's release notices is this prefix followed by the name (see
+/// [`notice_channel`]). The scripts that publish are given the channel.
 pub(crate) const NOTICE_PREFIX: &str = "redmutex:released:";
 
 /// Bound on opening a listener connection and on each SUBSCRIBE, UNSUBSCRIBE or PING.
@@ -33,8 +35,8 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 pub(crate) trait NoticeSink: Send + Sync + 'static {
     /// `node` published `payload` on the notice channel of `name`, heard at `at`.
     fn notice(&self, node: usize, name: &str, payload: &[u8], at: Instant);
-    /// The channels to subscribe to after a listener (re)connected.
-    fn channels(&self) -> Vec<String>;
+    /// The names to listen for after a listener (re)connected.
+    fn names(&self) -> Vec<Arc<str>>;
     /// Called every `sweep_every` (see [`spawn`]) while the listener runs: time to forget names
     /// nobody waits on.
     fn sweep(&self);
@@ -60,11 +62,31 @@ pub(crate) fn spawn<S: NoticeSink>(
     runtime.spawn(listener.run());
 }
 
-/// What the listener of one node is asked to do.
+/// What the listener of one node is asked to do, for a name's notices (the listener knows the
+/// channel they come on).
 pub(crate) enum Command {
-    /// Subscribe to a channel; the sender, if any, is told once the node confirmed it.
-    Subscribe(String, Option<oneshot::Sender<()>>),
-    Unsubscribe(String),
+    /// Subscribe to a name's notices; the sender, if any, is told once the node confirmed it.
+    Subscribe(Arc<str>, Option<oneshot::Sender<()>>),
+    Unsubscribe(Arc<str>),
+}
+
+/// The channel of `name`'s notices on a standalone server.
+pub(crate) fn channel(name: &str) -> String {
+    format!("{NOTICE_PREFIX}{name}")
+}
+
+/// The channel of `name`'s notices on a member of kind `member`: [`channel`] on a standalone
+/// server; on a cluster, the sharded channel in the name's slot, the prefix followed by the
+/// name's [`slot_prefix`](super::hash_tag::slot_prefix) (`redmutex:released:{order:42}`), since a
+/// script may `SPUBLISH` only on a channel of its keys' slot. `None` for a name that has no slot
+/// prefix, on a cluster.
+pub(crate) fn notice_channel(name: &str, member: Member) -> Option<String> {
+    match member {
+        Member::Standalone => Some(channel(name)),
+        Member::Cluster => {
+            super::hash_tag::slot_prefix(name).map(|p| format!("{NOTICE_PREFIX}{p}"))
+        }
+    }
 }
 
 /// The pub/sub connection to one node, run as a task for as long as its sink lives.
@@ -130,7 +152,12 @@ impl<S: NoticeSink> Listener<S> {
         // Commands that came while connecting are covered by the snapshot of names taken after
         // them: a name to subscribe is in it, a name to unsubscribe is not.
         let confirmations = self.drain();
-        let Some(channels) = self.sink.upgrade().map(|sink| sink.channels()) else {
+        let Some(channels) = self.sink.upgrade().map(|sink| {
+            sink.names()
+                .iter()
+                .map(|name| channel(name))
+                .collect::<Vec<_>>()
+        }) else {
             return Stop::SinkGone;
         };
         if !channels.is_empty() && !bounded(sink.subscribe(&channels)).await {
@@ -186,14 +213,14 @@ impl<S: NoticeSink> Listener<S> {
 /// Sends one command to the node; `false` if the connection failed it.
 async fn apply(sink: &mut PubSubSink, command: Command) -> bool {
     match command {
-        Command::Subscribe(channel, confirm) => {
-            let subscribed = bounded(sink.subscribe(&channel)).await;
+        Command::Subscribe(name, confirm) => {
+            let subscribed = bounded(sink.subscribe(channel(&name))).await;
             if let (true, Some(confirm)) = (subscribed, confirm) {
                 let _ = confirm.send(());
             }
             subscribed
         }
-        Command::Unsubscribe(channel) => bounded(sink.unsubscribe(&channel)).await,
+        Command::Unsubscribe(name) => bounded(sink.unsubscribe(channel(&name))).await,
     }
 }
 

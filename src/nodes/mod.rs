@@ -12,6 +12,7 @@
 use std::fmt;
 
 pub(crate) mod connection;
+pub(crate) mod hash_tag;
 mod health;
 pub(crate) mod listener;
 pub(crate) mod probe;
@@ -25,6 +26,17 @@ pub(crate) mod version;
 use connection::NodeConnection;
 
 pub(crate) use reconnect::address_of;
+
+/// What one member of the quorum is: one Redis server, or a whole Redis Cluster, which holds a key
+/// where the master of the key's slot holds it. What a request sends depends on it: notices go
+/// out by `PUBLISH` on a standalone server and by `SPUBLISH` on a cluster, on channels named for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Member {
+    /// One server (a standalone master).
+    Standalone,
+    /// A Redis Cluster, through the redis crate's cluster client.
+    Cluster,
+}
 
 /// A node of a [`Redlock`](crate::Redlock): its connection and a password-free address for messages.
 #[derive(Clone)]

@@ -24,7 +24,9 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET.text()
 ///
 /// This is for the common case where the protected resource is itself a key on some Redis server
 /// (any server; not necessarily one of the lock's nodes). Other resources apply the same rule: keep
-/// the highest token seen and refuse lower ones, atomically with the write.
+/// the highest token seen and refuse lower ones, atomically with the write. On a Redis Cluster the
+/// two keys must share a slot: give `key` a hash tag (`{account:42}:balance`, whose
+/// `{account:42}:balance:last-token` hashes alike).
 ///
 /// # Errors
 ///

@@ -34,10 +34,11 @@ use crate::nodes::script::{self, Script};
 use crate::nodes::version::Needs;
 use crate::waiting::fair::scripts as fair;
 
-/// Suffixes of the keys redmutex keeps beside a name `x`: `x:fence` (the fencing counter),
-/// `x:readers` and `x:writer-waiting` (a read-write lock's readers and a waiting writer's mark),
-/// `x:line`, `x:line:until` and `x:ticket` (the fair line). No name may end in one, so that no
-/// name is ever another name's auxiliary key.
+/// Suffixes of the keys redmutex keeps beside a name `x` (see `engine::target::beside`):
+/// `{x}:fence` (the fencing counter), `{x}:readers` and `{x}:writer-waiting` (a read-write lock's
+/// readers and a waiting writer's mark), `{x}:line`, `{x}:line:until` and `{x}:ticket` (the fair
+/// line). No name may end in one, so that no name is ever another name's auxiliary key (nor one
+/// the previous layout kept at `x:fence`, ...).
 const RESERVED_SUFFIXES: [&[&str]; 3] = [mutex::SUFFIXES, rwlock::SUFFIXES, fair::SUFFIXES];
 
 /// What each primitive needs of a node (see `nodes::version`): the newest feature it uses sets
@@ -52,6 +53,7 @@ const RESERVED_SUFFIXES: [&[&str]; 3] = [mutex::SUFFIXES, rwlock::SUFFIXES, fair
 /// | writes after `TIME` in a script (scripts replicated by their effects by default) | 5.0 | the fair line, read-write locks, semaphores |
 /// | `SET ... PXAT` | 6.2 | readers |
 /// | `PEXPIREAT ... GT` | 7.0 | readers, semaphores |
+/// | `SPUBLISH` in scripts | 7.0 | wake-up on release and fair waiting on a Redis Cluster member (`engine::request::SHARDED_NOTICES`) |
 ///
 /// Read-write locks are refused as a whole on an older node, writers too, so that one rule says
 /// where a name's readers and writers may be counted.
@@ -119,6 +121,7 @@ mod tests {
     use crate::engine::request::Op;
     use crate::engine::settings::{Plan, Settings};
     use crate::engine::target::Target;
+    use crate::nodes::hash_tag::slot_prefix;
     use crate::nodes::version::{ServerVersion, Version};
     use multi::MultiTarget;
     use mutex::MutexTarget;
@@ -280,6 +283,138 @@ mod tests {
             field(Settings::default().plan(&PermitsTarget::new("n".into(), 0))),
             "permits"
         );
+    }
+
+    /// Every command of every primitive, in its cluster variant, keeps to the slot of the name:
+    /// its keys, and the channel it publishes on (with `SPUBLISH`, never `PUBLISH`); the
+    /// standalone variant names no channel (the scripts' default is the channel of today) and no
+    /// `SPUBLISH`.
+    #[test]
+    fn every_command_on_a_cluster_keeps_to_the_name_slot() {
+        use crate::engine::request::Delivery;
+        use crate::nodes::Member::{Cluster, Standalone};
+        use crate::nodes::listener::NOTICE_PREFIX;
+
+        let release = |notify, hand_off| Op::Release { notify, hand_off };
+        let ops = [
+            Op::Acquire,
+            Op::AcquireFenced,
+            Op::Extend,
+            Op::Raise(7),
+            Op::Round { ticket: 3 },
+            Op::Enter,
+            release(false, false),
+            release(true, false),
+            release(true, true),
+        ];
+        for name in ["order:42", "{user:1}:cart", "x{y", "{x}", "é{ü}"] {
+            let slot = testenv::key_slot(name);
+            let targets: [Box<dyn Target>; 5] = [
+                Box::new(MutexTarget::new(name.into())),
+                Box::new(MultiTarget::new([Arc::from(name)])),
+                Box::new(ReadTarget::new(name.into())),
+                Box::new(WriteTarget::new(name.into(), Duration::from_secs(1))),
+                Box::new(PermitsTarget::new(name.into(), 2)),
+            ];
+            for (target, op) in targets.iter().flat_map(|t| ops.map(|op| (t, op))) {
+                let commands = |member| match target.entry(op, member, "v", 8000) {
+                    Some(pipeline) => pipeline.cmd_iter().map(words).collect(),
+                    None => vec![words(&target.command(
+                        op,
+                        Delivery::ByDigest,
+                        member,
+                        "v",
+                        8,
+                    ))],
+                };
+                let publishes = |commands: &[Vec<String>], verb: &str| {
+                    commands.iter().any(|words| words.iter().any(|w| w == verb))
+                };
+                let cluster: Vec<Vec<String>> = commands(Cluster);
+                let context = format!("{name}: {target:?} {op:?}: {cluster:?}");
+                for words in &cluster {
+                    let keys = match words[0].as_str() {
+                        "EVALSHA" => {
+                            let count: usize = words[2].parse().expect("a key count");
+                            assert_eq!(words[3], name, "{context}");
+                            &words[3..3 + count]
+                        }
+                        _ => &words[1..2],
+                    };
+                    for key in keys {
+                        assert_eq!(testenv::key_slot(key), slot, "{key} in {context}");
+                    }
+                    for channel in words.iter().filter(|w| w.starts_with(NOTICE_PREFIX)) {
+                        assert_eq!(testenv::key_slot(channel), slot, "{channel} in {context}");
+                        let prefix = slot_prefix(name).expect("a prefix");
+                        assert_eq!(*channel, format!("{NOTICE_PREFIX}{prefix}"), "{context}");
+                    }
+                }
+                assert!(!publishes(&cluster, "PUBLISH"), "{context}");
+                // What publishes: a release with notice or hand-off, and a fair round.
+                let expected = match op {
+                    Op::Release { notify, hand_off } => notify || hand_off,
+                    Op::Round { .. } => target.has_line(),
+                    _ => false,
+                };
+                assert_eq!(publishes(&cluster, "SPUBLISH"), expected, "{context}");
+                let standalone: Vec<Vec<String>> = commands(Standalone);
+                assert!(!publishes(&standalone, "SPUBLISH"), "{context}");
+                let named = |w: &String| w.starts_with(NOTICE_PREFIX);
+                assert!(!standalone.iter().flatten().any(named), "{context}");
+            }
+        }
+    }
+
+    /// A name with a `}` and no hash tag has no slot prefix: everything that keeps keys or a
+    /// notice channel beside a name refuses it, naming the rule; a plain mutex takes it.
+    #[test]
+    fn names_without_a_slot_prefix_take_plain_locks_only() {
+        let name = "job}1";
+        let plain = Settings::default();
+        assert!(plain.plan(&MutexTarget::new(name.into())).is_ok());
+        assert!(
+            plain
+                .plan(&MultiTarget::new(["a".into(), name.into()]))
+                .is_ok()
+        );
+        assert!(plain.plan(&PermitsTarget::new(name.into(), 2)).is_ok());
+        let settings = [
+            Settings {
+                fencing: true,
+                ..Settings::default()
+            },
+            Settings {
+                fair: true,
+                ..Settings::default()
+            },
+            Settings {
+                wake_on_release: true,
+                ..Settings::default()
+            },
+        ];
+        for settings in &settings {
+            for (target, expected) in [
+                (&MutexTarget::new(name.into()) as &dyn Target, "name"),
+                (&MultiTarget::new(["a".into(), name.into()]), "names[1]"),
+            ] {
+                match settings.plan(target) {
+                    Err(Error::Config { field, rule }) if field == expected => {
+                        assert!(rule.contains("no hash tag"), "{rule}");
+                    }
+                    other => panic!("{settings:?} {target:?}: {other:?}"),
+                }
+            }
+        }
+        assert_eq!(
+            field(settings[2].plan(&PermitsTarget::new(name.into(), 2))),
+            "name"
+        );
+        assert_eq!(field(plain.plan(&ReadTarget::new(name.into()))), "name");
+        // A name with a tag of its own keeps everything, whatever follows it.
+        for settings in &settings[..2] {
+            assert!(settings.plan(&MutexTarget::new("{job}1}".into())).is_ok());
+        }
     }
 
     #[test]

@@ -129,7 +129,7 @@ async fn the_readme_rule_runs_every_primitive() {
         cluster
             .nodes()
             .iter()
-            .all(|n| n.exists("lock:acl-fair:line"))
+            .all(|n| n.exists("{lock:acl-fair}:line"))
     })
     .await;
     holder.unlock().await.expect("fair unlock hands over");

@@ -465,12 +465,18 @@ mod after_expiry {
         Sorted(BTreeMap<String, String>),
     }
 
+    /// Every key of the names under `prefix`: the names, and the keys beside them, which start
+    /// with `{` and the name (see `support::beside`).
     fn keys(node: &Node, prefix: &str) -> Keys {
         let mut connection = node.connection();
-        let names: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{prefix}*"))
-            .query(&mut connection)
-            .expect("KEYS");
+        let mut names: Vec<String> = Vec::new();
+        for pattern in [format!("{prefix}*"), format!("{{{prefix}*")] {
+            let found: Vec<String> = redis::cmd("KEYS")
+                .arg(pattern)
+                .query(&mut connection)
+                .expect("KEYS");
+            names.extend(found);
+        }
         let mut keys = Keys::new();
         for key in names {
             let kind: String = redis::cmd("TYPE")

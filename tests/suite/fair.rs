@@ -51,7 +51,7 @@ fn serve(
 fn line_len(cluster: &Cluster, node: usize, name: &str) -> i64 {
     let mut connection = cluster.node(node).connection();
     redis::cmd("ZCARD")
-        .arg(format!("{name}:line"))
+        .arg(support::beside(name, ":line"))
         .query(&mut connection)
         .expect("ZCARD")
 }
@@ -518,7 +518,7 @@ async fn fair_with_fencing_is_a_configuration_error() {
 fn line_entries(cluster: &Cluster, node: usize, name: &str) -> Vec<(String, u64)> {
     let mut connection = cluster.node(node).connection();
     redis::cmd("ZRANGE")
-        .arg(format!("{name}:line"))
+        .arg(support::beside(name, ":line"))
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
@@ -594,7 +594,7 @@ async fn a_waiter_without_a_deadline_is_passed_over() {
     crashed.abort();
     let (ghost, _) = line_entries(&cluster, 0, name).remove(0);
     let forget = redis::cmd("ZREM")
-        .arg(format!("{name}:line:until"))
+        .arg(support::beside(name, ":line:until"))
         .arg(&ghost)
         .clone();
     on_nodes(&cluster, 0..3, &forget);
@@ -635,7 +635,7 @@ async fn a_newcomer_after_the_counter_was_lost_joins_behind_the_line() {
     on_nodes(
         &cluster,
         0..3,
-        redis::cmd("DEL").arg(format!("{name}:ticket")),
+        redis::cmd("DEL").arg(support::beside(name, ":ticket")),
     );
     let newcomer = fair(&client(&cluster).await, name);
     waiters.push(serve(
@@ -911,7 +911,7 @@ async fn a_forged_ticket_hint_does_not_reorder_the_line() {
     .await;
     // As the node writes them: a score past 2^53 would read "1.152921504606847e+18".
     let tickets: Vec<(String, String)> = redis::cmd("ZRANGE")
-        .arg(format!("{name}:line"))
+        .arg(support::beside(name, ":line"))
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")

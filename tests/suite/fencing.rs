@@ -16,7 +16,7 @@ const UNREACHABLE: &str = "redis://127.0.0.1:1/";
 fn counter(cluster: &Cluster, node: usize, name: &str) -> u64 {
     cluster
         .node(node)
-        .get(&format!("{name}:fence"))
+        .get(&support::beside(name, ":fence"))
         .map_or(0, |c| c.parse().expect("a number"))
 }
 
@@ -38,7 +38,7 @@ async fn tokens_increase_from_holder_to_holder() {
     }
     // The counter lives beside the lock key, never expires and outlives unlock.
     assert!(!cluster.node(0).exists("fencing:sequence"));
-    assert_eq!(cluster.node(0).pttl("fencing:sequence:fence"), -1);
+    assert_eq!(cluster.node(0).pttl("{fencing:sequence}:fence"), -1);
     assert_eq!(counter(&cluster, 0, "fencing:sequence"), last);
 
     let plain = redlock
@@ -47,7 +47,7 @@ async fn tokens_increase_from_holder_to_holder() {
         .await
         .expect("free lock");
     assert_eq!(plain.token(), None);
-    assert!(!cluster.node(0).exists("fencing:off:fence"));
+    assert!(!cluster.node(0).exists("{fencing:off}:fence"));
 }
 
 /// The counterexample to "the maximum of the counters on the acquiring quorum": node 0's counter
@@ -67,7 +67,7 @@ async fn an_inflated_counter_never_yields_a_smaller_later_token() {
         .await
         .expect("URLs parse");
     let name = "fencing:inflated";
-    cluster.node(0).set(&format!("{name}:fence"), "100");
+    cluster.node(0).set(&support::beside(name, ":fence"), "100");
 
     let lock_a = a
         .new_mutex(name)
@@ -211,7 +211,7 @@ async fn a_raise_counts_only_the_nodes_counted_into_the_token() {
             .all(|n| n.calls("script|load") == scripts)
     })
     .await;
-    cluster.node(2).set(&format!("{name}:fence"), "100");
+    cluster.node(2).set(&support::beside(name, ":fence"), "100");
     proxies.set_mode(&[1], Mode::HoldAfter(1));
     proxies.set_mode(&[2], Mode::Blackhole);
 

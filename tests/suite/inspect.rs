@@ -164,7 +164,7 @@ async fn force_unlock_of_a_name_readers_hold_removes_every_reader() {
     let forced = rwlock.read().await.unwrap();
     assert_eq!(quick(&redlock, name).force_unlock().await.unwrap(), 3);
     for node in cluster.nodes() {
-        assert!(!node.exists(name) && !node.exists("inspect:read-held:readers"));
+        assert!(!node.exists(name) && !node.exists("{inspect:read-held}:readers"));
     }
     let later = rwlock.read().await.unwrap();
     assert!(matches!(forced.extend().await, Err(Error::Expired)));
@@ -210,11 +210,11 @@ async fn force_unlock_leaves_the_fencing_counter_alone() {
     let counters: Vec<Option<String>> = cluster
         .nodes()
         .iter()
-        .map(|node| node.get("inspect:fenced:fence"))
+        .map(|node| node.get("{inspect:fenced}:fence"))
         .collect();
     assert_eq!(mutex.force_unlock().await.unwrap(), 3);
     for (node, counter) in cluster.nodes().iter().zip(&counters) {
-        assert_eq!(&node.get("inspect:fenced:fence"), counter);
+        assert_eq!(&node.get("{inspect:fenced}:fence"), counter);
     }
     let second = mutex.lock().await.unwrap();
     assert!(second.token().unwrap() > token);
@@ -328,7 +328,7 @@ async fn force_unlock_removes_a_waiting_writers_mark() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
     let name = "inspect:marked";
-    let mark = "inspect:marked:writer-waiting";
+    let mark = "{inspect:marked}:writer-waiting";
     let rwlock = long_marks(&redlock, name);
     let _stuck = rwlock.read().await.unwrap();
     assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
@@ -348,7 +348,7 @@ async fn force_unlock_removes_a_waiting_writers_mark() {
     assert_eq!(quick(&redlock, name).force_unlock().await.unwrap(), 3);
     for node in cluster.nodes() {
         assert!(!node.exists(mark), "the mark outlived a forced release");
-        assert!(!node.exists(name) && !node.exists("inspect:marked:readers"));
+        assert!(!node.exists(name) && !node.exists("{inspect:marked}:readers"));
     }
     let reader = rwlock.try_read().await.unwrap();
     reader.unlock().await.unwrap();
@@ -376,7 +376,7 @@ async fn inspect_counts_the_readers_that_hold() {
     let second = rwlock.read().await.unwrap();
     // The entry of a reader whose attempt landed on one node only does not count.
     let _: () = redis::cmd("ZADD")
-        .arg("inspect:reading:readers")
+        .arg("{inspect:reading}:readers")
         .arg(4_102_444_800_000_u64) // 2100-01-01 in milliseconds
         .arg("partial")
         .query(&mut cluster.node(0).connection())

@@ -303,7 +303,7 @@ async fn one_fencing_token_above_every_member() {
         "{token} after {last_a}, {last_b}"
     );
     for node in cluster.nodes() {
-        for counter in ["multi:fence:a:fence", "multi:fence:b:fence"] {
+        for counter in ["{multi:fence:a}:fence", "{multi:fence:b}:fence"] {
             assert_eq!(node.get(counter), Some(token.to_string()), "{counter}");
         }
     }

@@ -35,11 +35,11 @@ fn contended(redlock: &Redlock, name: &str) -> RwLock {
 }
 
 fn readers_key(name: &str) -> String {
-    format!("{name}:readers")
+    support::beside(name, ":readers")
 }
 
 fn mark_key(name: &str) -> String {
-    format!("{name}:writer-waiting")
+    support::beside(name, ":writer-waiting")
 }
 
 /// Live reader entries of `name` on node `i`.

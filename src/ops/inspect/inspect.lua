@@ -1,7 +1,8 @@
 -- Inspection (`Mutex::inspect`, `RwLock::inspect`, `Semaphore::inspect`): KEYS[1] = name, KEYS[2]
--- = its readers, KEYS[3] = its writer's mark. Tells what holds the name, read in one atomic step,
--- as `{kind, pttl, mark-pttl, ...}`: PTTL of the name's key and of the mark (-2 where there is
--- none, -1 without expiry), and by kind
+-- = its readers, KEYS[3] = its writer's mark; a name that has no keys beside it (a `}` and no hash
+-- tag, which only a plain mutex takes) comes alone. Tells what holds the name, read in one atomic
+-- step, as `{kind, pttl, mark-pttl, ...}`: PTTL of the name's key and of the mark (-2 where there
+-- is none, -1 without expiry), and by kind
 -- - 'string', a lock value (a mutex's or a writer's): its fingerprint;
 -- - 'readers' (the name holds the readers' marker): each live reader's fingerprint and remaining
 --   milliseconds, in pairs;
@@ -15,7 +16,8 @@
 -- holds no reader (the read scripts fail on it before they write).
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
-local reply = {kind, redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[3])}
+local reply = {kind, redis.call('PTTL', KEYS[1]), -2}
+if KEYS[3] then reply[3] = redis.call('PTTL', KEYS[3]) end
 local entries = nil
 if kind == 'string' then
   local current = redis.call('GET', KEYS[1])
@@ -24,7 +26,7 @@ if kind == 'string' then
     return reply
   end
   reply[1] = 'readers'
-  if redis.call('TYPE', KEYS[2])['ok'] == 'zset' then entries = KEYS[2] end
+  if KEYS[2] and redis.call('TYPE', KEYS[2])['ok'] == 'zset' then entries = KEYS[2] end
 elseif kind == 'zset' then
   local count = redis.call('ZSCORE', KEYS[1], '')
   reply[4] = count and -tonumber(count) or -1

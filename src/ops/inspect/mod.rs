@@ -12,8 +12,14 @@ use answer::read_inspect;
 pub use answer::{HolderEntry, NodeAnswer, NodeLockState};
 pub use state::{Holder, LockState};
 
+use futures::future::join_all;
+
 use crate::engine::quorum::quorum;
-use crate::error::{Error, NodeError};
+use crate::engine::target::{channel_arg, publish_verb};
+use crate::error::{Error, NodeError, NodeErrorKind};
+use crate::nodes::Member;
+use crate::nodes::connection::NodeConnection;
+use crate::nodes::hash_tag::slot_prefix;
 use crate::nodes::probe::{each_node, eval, unexpected};
 use crate::nodes::script::{Script, lua};
 use crate::primitives::mutex::Mutex;
@@ -29,9 +35,11 @@ pub(crate) const FORCE_RELEASE: Script = lua!("ops/inspect/force_release.lua");
 pub(crate) const SCRIPTS: &[Script] = &[INSPECT, FORCE_RELEASE];
 
 /// The keys an inspection or a forced release looks at for `name`: the name, its readers and its
-/// writer's mark.
-fn name_keys(name: &str) -> [String; 3] {
-    [name.to_owned(), readers_key(name), mark_key(name)]
+/// writer's mark; `None` for the last two where the name has no keys beside it (a `}` and no hash
+/// tag: only a plain mutex takes such a name, so nothing can be kept beside it).
+fn name_keys(name: &str) -> (String, Option<[String; 2]>) {
+    let beside = slot_prefix(name).map(|_| [readers_key(name), mark_key(name)]);
+    (name.to_owned(), beside)
 }
 
 /// Asks every node (at once, each bounded by the node timeout) what holds `mutex`'s one name,
@@ -39,8 +47,9 @@ fn name_keys(name: &str) -> [String; 3] {
 async fn inspect(mutex: &Mutex, permits: Option<u32>) -> Result<LockState, Error> {
     let plan = mutex.plan()?;
     let nodes = mutex.resource().nodes();
-    let keys = name_keys(mutex.name());
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let (name, beside) = name_keys(mutex.name());
+    let mut keys = vec![name.as_str()];
+    keys.extend(beside.iter().flatten().map(String::as_str));
     let keys = keys.as_slice();
     let answers = each_node(nodes, plan.node_timeout, |_, mut connection| async move {
         let reply = eval(&mut connection, &INSPECT, keys, &[]).await?;
@@ -67,20 +76,45 @@ async fn inspect(mutex: &Mutex, permits: Option<u32>) -> Result<LockState, Error
     LockState::judge(states, permits)
 }
 
+/// The keys `force_release.lua` deletes for `name`, in threes: a name without keys beside it
+/// stands in for them itself.
+fn force_keys(name: &str) -> [String; 3] {
+    match name_keys(name) {
+        (name, Some([readers, mark])) => [name, readers, mark],
+        (name, None) => [name.clone(), name.clone(), name],
+    }
+}
+
 /// Deletes every name of `mutex` on every node, whatever holds it (see `force_release.lua`),
 /// and returns on how many nodes something was deleted.
 async fn force(mutex: &Mutex) -> Result<usize, Error> {
     let plan = mutex.plan()?;
     let nodes = mutex.resource().nodes();
     let name = mutex.name();
-    let notify = if plan.wake_on_release { "1" } else { "0" };
-    let triples: Vec<String> = mutex.names().flat_map(name_keys).collect();
-    let keys: Vec<&str> = triples.iter().map(String::as_str).collect();
-    let keys = keys.as_slice();
-    let answers = each_node(nodes, plan.node_timeout, |_, mut connection| async move {
-        match eval(&mut connection, &FORCE_RELEASE, keys, &[notify]).await? {
-            Value::Int(deleted) => Ok(deleted > 0),
-            other => Err(unexpected(&other)),
+    let names: Vec<&str> = mutex.names().collect();
+    let notify = plan.wake_on_release;
+    let names = names.as_slice();
+    let answers = each_node(nodes, plan.node_timeout, |_, connection| async move {
+        match connection.member() {
+            Member::Standalone => force_on(connection, names, notify, Member::Standalone).await,
+            // Names of several slots cannot go in one script on a cluster: one script per name,
+            // all at once. Deleting is idempotent, so a name deleted while another fails is as
+            // good as on a standalone server whose script ran before a failure was reported.
+            Member::Cluster => {
+                let each = names.iter().map(|name| {
+                    force_on(
+                        connection.clone(),
+                        std::slice::from_ref(name),
+                        notify,
+                        Member::Cluster,
+                    )
+                });
+                let mut deleted = false;
+                for answer in join_all(each).await {
+                    deleted |= answer?;
+                }
+                Ok(deleted)
+            }
         }
     })
     .await;
@@ -108,6 +142,28 @@ async fn force(mutex: &Mutex) -> Result<usize, Error> {
         });
     }
     Ok(deleted)
+}
+
+/// Runs `force_release.lua` over `names` on one member of kind `member`: whether it deleted
+/// something.
+async fn force_on(
+    mut connection: NodeConnection,
+    names: &[&str],
+    notify: bool,
+    member: Member,
+) -> Result<bool, NodeErrorKind> {
+    let keys: Vec<String> = names.iter().flat_map(|name| force_keys(name)).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut args: Vec<String> = Vec::new();
+    if notify {
+        args.push(publish_verb(member).to_owned());
+        args.extend(names.iter().filter_map(|name| channel_arg(name, member)));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match eval(&mut connection, &FORCE_RELEASE, &keys, &args).await? {
+        Value::Int(deleted) => Ok(deleted > 0),
+        other => Err(unexpected(&other)),
+    }
 }
 
 impl Mutex {
@@ -173,7 +229,7 @@ impl Mutex {
     ///
     /// With [`with_wake_on_release(true)`](Mutex::with_wake_on_release) it publishes the release
     /// notice where it deleted a name's key, so waiters move at once. The fencing counter
-    /// (`<name>:fence`) is never touched: tokens keep increasing across a forced release.
+    /// (`{<name>}:fence`) is never touched: tokens keep increasing across a forced release.
     ///
     /// # Errors
     ///

@@ -1,7 +1,9 @@
 //! A mutex over several names at once ([`Redlock::new_multi_mutex`](crate::Redlock::new_multi_mutex)):
 //! a [`Mutex`](crate::Mutex) over this target. The names are the keys, each holding the lock value,
 //! set all or none per node by one script; fenced, each name's counter is the mutex's
-//! (`<name>:fence`).
+//! (`{<name>}:fence`, and on a standalone server also the old `<name>:fence`, read only), and
+//! each name's release notice goes out on its own channel. On a Redis Cluster member the names
+//! must share a slot (one hash tag): the engine refuses others there (see `engine::request`).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -10,12 +12,13 @@ use std::sync::Arc;
 use redis::Cmd;
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Target, Verb};
+use crate::engine::target::{self, Target, Verb, channel_arg, check_prefix, publish_verb};
 use crate::error::Error;
+use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
-use crate::primitives::mutex::counter_key;
+use crate::primitives::mutex::{counter_key, legacy_counter_key};
 
 /// What a multi-name lock needs of a node: `EXISTS` of several keys, answering how many exist.
 pub(crate) const NEEDS: Needs = Needs::new("multi-name locks", Version::new(3, 0, 3), "3.0.3");
@@ -68,12 +71,20 @@ impl Target for MultiTarget {
         Ok(())
     }
 
+    fn check_beside(&self) -> Result<(), Error> {
+        for (index, name) in self.names.iter().enumerate() {
+            check_prefix(name, || format!("names[{index}]"))?;
+        }
+        Ok(())
+    }
+
     fn needs(&self, _op: Op) -> &'static Needs {
         &NEEDS
     }
 
-    /// The names are the keys, followed by their counters where fenced.
-    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
+    /// The names are the keys, followed by their counters where fenced (and on a standalone
+    /// server by their old counters, read only).
+    fn command(&self, op: Op, delivery: Delivery, member: Member, value: &str, millis: u64) -> Cmd {
         let verb = Verb::from(delivery);
         // Fair rounds are only for a mutex over one name (`has_line`; settings asking for one
         // elsewhere are refused): a round here would be a plain acquire.
@@ -88,30 +99,52 @@ impl Target for MultiTarget {
             Op::Release { .. } => (verb.script(&RELEASE), false),
             Op::Raise(_) => (verb.script(&RAISE), true),
         };
-        let keys = if fenced {
-            2 * self.names.len()
-        } else {
-            self.names.len()
+        // Keys per name: the name, its counter, its old counter (only a fenced acquire on a
+        // standalone server reads that one).
+        let per_name = match (fenced, op, member) {
+            (false, ..) => 1,
+            (true, Op::AcquireFenced, Member::Standalone) => 3,
+            (true, ..) => 2,
         };
-        let bytes: usize = self.names.iter().map(|name| name.len() + 8).sum();
-        let mut cmd = Cmd::with_capacity(keys + 6, 48 + script.len() + 2 * bytes + value.len());
+        let keys = per_name * self.names.len();
+        let bytes: usize = self.names.iter().map(|name| name.len() + 24).sum();
+        let mut cmd = Cmd::with_capacity(2 * keys + 6, 48 + script.len() + 3 * bytes + value.len());
         cmd.arg(verb.word()).arg(script).arg(keys);
         for name in &self.names {
             cmd.arg(&**name);
         }
-        if fenced {
+        if per_name > 1 {
             for name in &self.names {
                 cmd.arg(counter_key(name));
             }
         }
+        if per_name > 2 {
+            for name in &self.names {
+                cmd.arg(legacy_counter_key(name));
+            }
+        }
         cmd.arg(value);
         match op {
-            Op::Acquire | Op::Round { .. } | Op::Enter => cmd.arg(millis).arg(0),
-            Op::AcquireFenced => cmd.arg(millis).arg(1),
-            Op::Extend => cmd.arg(millis),
-            Op::Release { notify, .. } => cmd.arg(u8::from(notify)),
-            Op::Raise(token) => cmd.arg(token),
-        };
+            Op::Acquire | Op::Round { .. } | Op::Enter | Op::AcquireFenced => {
+                cmd.arg(millis).arg(per_name);
+            }
+            Op::Extend => {
+                cmd.arg(millis);
+            }
+            Op::Release { notify: false, .. } => {}
+            // Each name's notice on its own channel, as a mutex over that name publishes it.
+            Op::Release { notify: true, .. } => {
+                cmd.arg(publish_verb(member));
+                for name in &self.names {
+                    if let Some(channel) = channel_arg(name, member) {
+                        cmd.arg(channel);
+                    }
+                }
+            }
+            Op::Raise(token) => {
+                cmd.arg(token);
+            }
+        }
         cmd
     }
 }
@@ -126,13 +159,14 @@ impl fmt::Debug for MultiTarget {
 mod tests {
     use super::*;
     use crate::primitives::words;
+    use Member::{Cluster, Standalone};
 
     #[test]
     fn a_multi_name_lock_sends_every_name_in_one_script() {
         let target = MultiTarget::new(["a", "b", "a", "c"].map(Arc::from));
         let names: Vec<&str> = target.names().iter().map(|n| &**n).collect();
         assert_eq!(names, ["a", "b", "c"], "duplicates collapse, order stays");
-        let acquire = target.command(Op::Acquire, Delivery::ByDigest, "v", 8000);
+        let acquire = target.command(Op::Acquire, Delivery::ByDigest, Standalone, "v", 8000);
         assert_eq!(
             words(&acquire),
             [
@@ -144,37 +178,116 @@ mod tests {
                 "c",
                 "v",
                 "8000",
-                "0"
+                "1"
             ]
         );
-        let fenced = target.command(Op::AcquireFenced, Delivery::ByDigest, "v", 8000);
+        let fenced = target.command(Op::AcquireFenced, Delivery::ByDigest, Standalone, "v", 8000);
         assert_eq!(
             words(&fenced)[2..],
             [
-                "6", "a", "b", "c", "a:fence", "b:fence", "c:fence", "v", "8000", "1"
+                "9",
+                "a",
+                "b",
+                "c",
+                "{a}:fence",
+                "{b}:fence",
+                "{c}:fence",
+                "a:fence",
+                "b:fence",
+                "c:fence",
+                "v",
+                "8000",
+                "3"
             ]
         );
-        let raise = target.command(Op::Raise(9), Delivery::Inline, "v", 8000);
-        assert_eq!(words(&raise)[0], "EVAL");
+        // On a cluster, without the old counters, which were never there.
+        let fenced = target.command(Op::AcquireFenced, Delivery::ByDigest, Cluster, "v", 8000);
         assert_eq!(
-            words(&raise)[2..],
+            words(&fenced)[2..],
             [
-                "6", "a", "b", "c", "a:fence", "b:fence", "c:fence", "v", "9"
+                "6",
+                "a",
+                "b",
+                "c",
+                "{a}:fence",
+                "{b}:fence",
+                "{c}:fence",
+                "v",
+                "8000",
+                "2"
             ]
         );
-        let release = target.command(
-            Op::Release {
-                notify: true,
+        for member in [Standalone, Cluster] {
+            let raise = target.command(Op::Raise(9), Delivery::Inline, member, "v", 8000);
+            assert_eq!(words(&raise)[0], "EVAL");
+            assert_eq!(
+                words(&raise)[2..],
+                [
+                    "6",
+                    "a",
+                    "b",
+                    "c",
+                    "{a}:fence",
+                    "{b}:fence",
+                    "{c}:fence",
+                    "v",
+                    "9"
+                ]
+            );
+        }
+        let release = |notify, member| {
+            let op = Op::Release {
+                notify,
                 hand_off: false,
-            },
-            Delivery::ByDigest,
-            "v",
-            1,
+            };
+            words(&target.command(op, Delivery::ByDigest, member, "v", 1))[2..].to_vec()
+        };
+        assert_eq!(release(false, Standalone), ["3", "a", "b", "c", "v"]);
+        assert_eq!(release(false, Cluster), release(false, Standalone));
+        // Each name's notice on its own channel: on a standalone server the script's default,
+        // the name's channel of today.
+        assert_eq!(
+            release(true, Standalone),
+            ["3", "a", "b", "c", "v", "PUBLISH"]
         );
-        assert_eq!(words(&release)[2..], ["3", "a", "b", "c", "v", "1"]);
-        let extend = target.command(Op::Extend, Delivery::ByDigest, "v", 5);
+        let extend = target.command(Op::Extend, Delivery::ByDigest, Standalone, "v", 5);
         assert_eq!(words(&extend)[1], EXTEND.digest());
         assert_eq!(words(&extend)[2..], ["3", "a", "b", "c", "v", "5"]);
         assert!(target.is_script(Op::Acquire));
+    }
+
+    /// Names with one hash tag: every key and every channel of the cluster variant is in the
+    /// tag's slot, and each name's notice is on its own channel.
+    #[test]
+    fn names_with_one_tag_release_on_a_cluster_each_on_its_channel() {
+        let target = MultiTarget::new(["{o}:a", "{o}:b"].map(Arc::from));
+        let op = Op::Release {
+            notify: true,
+            hand_off: false,
+        };
+        let release = words(&target.command(op, Delivery::ByDigest, Cluster, "v", 1));
+        assert_eq!(
+            release[2..],
+            [
+                "2",
+                "{o}:a",
+                "{o}:b",
+                "v",
+                "SPUBLISH",
+                "redmutex:released:{o}:a:",
+                "redmutex:released:{o}:b:"
+            ]
+        );
+        let slot = testenv::key_slot("o");
+        for word in &release[3..] {
+            if word != "v" && word != "SPUBLISH" {
+                assert_eq!(testenv::key_slot(word), slot, "{word}");
+            }
+        }
+        let fenced = target.command(Op::AcquireFenced, Delivery::ByDigest, Cluster, "v", 8);
+        assert_eq!(
+            words(&fenced)[3..7],
+            ["{o}:a", "{o}:b", "{o}:a::fence", "{o}:b::fence"]
+        );
     }
 }

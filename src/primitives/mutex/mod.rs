@@ -25,6 +25,7 @@ pub(crate) mod target;
 
 pub(crate) use target::{
     EXTEND, MutexTarget, NEEDS, RELEASE, RELEASE_NOTIFY, SCRIPTS, SUFFIXES, counter_key,
+    legacy_counter_key,
 };
 
 /// A distributed mutex for one resource name ([`Redlock::new_mutex`]), or for several names taken
@@ -272,9 +273,9 @@ impl Mutex {
     /// Hands out a fencing token with each acquisition ([`Lock::token`]). Default false.
     ///
     /// Costs one more concurrent round trip per acquisition: after a quorum said OK, the name's
-    /// counter (key `<name>:fence` on every node, never expiring, kept across unlocks) is raised to
-    /// the new token on a quorum where this lock's value holds, and only then is the token handed
-    /// out. That second round is what makes tokens strictly increase across holders even when
+    /// counter (key `{<name>}:fence` on every node, in the name's slot, never expiring, kept across
+    /// unlocks; see [keys and notice channels](crate::guide::keys)) is raised to the new token on
+    /// a quorum where this lock's value holds, and only then is the token handed out. That second round is what makes tokens strictly increase across holders even when
     /// failed partial attempts left some nodes' counters ahead (see [`fenced_set`](crate::fenced_set) for the proof).
     /// Tokens are exact up to 2^53 (Redis scripts count in doubles).
     ///
@@ -286,7 +287,7 @@ impl Mutex {
     /// counters. Deleting the counter of a name that will be locked again makes its tokens start
     /// over from 1, and a resource that remembers the highest token it accepted then refuses the
     /// next holders until the counter climbs past it; delete only the counters of names that are
-    /// done for good (`SCAN MATCH order:*:fence` once those orders are closed, say), or put the
+    /// done for good (`SCAN MATCH {order:*}:fence` once those orders are closed, say), or put the
     /// resource's highest token back into the counters before the name is used again.
     ///
     /// # Examples

@@ -1,5 +1,12 @@
 //! A mutex over one name, as the engine sees it: the name's key holds the lock value; its fencing
-//! counter is `<name>:fence`, and its fair line's keys are the waiting layer's (`waiting::fair`).
+//! counter is `{<name>}:fence` (see `engine::target::beside` for the layout of every key beside a
+//! name), and its fair line's keys are the waiting layer's (`waiting::fair`).
+//!
+//! On a standalone server a fenced acquire also reads `<name>:fence`, where the counter was kept
+//! before the keys moved into the name's slot, and takes the larger: a counter left there by an
+//! older client keeps tokens increasing across the upgrade. Raises write only the new key, which
+//! from then on stays ahead. A cluster member never had the old layout, whose counter would be in
+//! another slot than the name anyway.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -7,8 +14,9 @@ use std::sync::{Arc, OnceLock};
 use redis::{Cmd, Pipeline};
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Target, Verb};
+use crate::engine::target::{self, Channels, Target, Verb, beside};
 use crate::error::Error;
+use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
@@ -34,8 +42,15 @@ pub(crate) const RAISE: Script = lua!("primitives/mutex/raise.lua");
 /// The mutex's scripts, which every node loads.
 pub(crate) const SCRIPTS: &[Script] = &[RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE];
 
-/// The key of a name's fencing counter: beside the lock key, never expiring, kept across unlocks.
+/// The key of a name's fencing counter, `{<name>}:fence`: beside the lock key in its slot, never
+/// expiring, kept across unlocks.
 pub(crate) fn counter_key(name: &str) -> String {
+    beside(name, ":fence")
+}
+
+/// Where the previous key layout kept a name's fencing counter, `<name>:fence`: still read (never
+/// written) by a fenced acquire on a standalone server (see the module's documentation).
+pub(crate) fn legacy_counter_key(name: &str) -> String {
     format!("{name}:fence")
 }
 
@@ -45,6 +60,8 @@ pub(crate) struct MutexTarget {
     /// The fair line's keys beside the name, made on first use: every fair round and release
     /// names them.
     line: OnceLock<LineKeys>,
+    /// The channel its releases publish on, on a cluster.
+    channels: Channels,
 }
 
 impl MutexTarget {
@@ -52,6 +69,7 @@ impl MutexTarget {
         MutexTarget {
             name: [name],
             line: OnceLock::new(),
+            channels: Channels::default(),
         }
     }
 
@@ -60,7 +78,16 @@ impl MutexTarget {
         self.line.get_or_init(|| LineKeys::new(&self.name[0]))
     }
 
-    fn command_for(&self, op: Op, verb: Verb, value: &str, millis: u64) -> Cmd {
+    /// The command and channel of the name's notices on `member`, where it needs them (see
+    /// `engine::target::channel_arg`).
+    fn notices(&self, member: Member) -> Option<(&'static str, &str)> {
+        match self.channels.get(&self.name[0], member) {
+            (publish, Some(channel)) => Some((publish, channel)),
+            (_, None) => None,
+        }
+    }
+
+    fn command_for(&self, op: Op, verb: Verb, member: Member, value: &str, millis: u64) -> Cmd {
         let name = &self.name[0];
         match op {
             // An entry outside a pipeline (never sent so) is the plain acquire.
@@ -77,21 +104,42 @@ impl MutexTarget {
             }
             Op::Extend => script_cmd(verb.script(&EXTEND), verb, name, value, Some(millis)),
             Op::Release { hand_off: true, .. } => {
-                line::release(verb, name, self.line_keys(), value)
+                let notices = self.notices(member);
+                line::release(verb, name, self.line_keys(), value, notices)
             }
             Op::Round { ticket } => {
-                line::round(verb, name, self.line_keys(), value, millis, ticket)
+                let notices = self.notices(member);
+                line::round(verb, name, self.line_keys(), value, millis, ticket, notices)
             }
             Op::Release { notify: false, .. } => {
                 script_cmd(verb.script(&RELEASE), verb, name, value, None)
             }
             Op::Release { notify: true, .. } => {
-                script_cmd(verb.script(&RELEASE_NOTIFY), verb, name, value, None)
+                let script = verb.script(&RELEASE_NOTIFY);
+                match self.notices(member) {
+                    None => script_cmd(script, verb, name, value, None),
+                    Some((publish, channel)) => {
+                        let mut cmd = Cmd::with_capacity(
+                            7,
+                            48 + script.len() + name.len() + value.len() + channel.len(),
+                        );
+                        cmd.arg(verb.word())
+                            .arg(script)
+                            .arg(1)
+                            .arg(&**name)
+                            .arg(value)
+                            .arg(publish)
+                            .arg(channel);
+                        cmd
+                    }
+                }
             }
             Op::AcquireFenced => {
-                fenced_cmd(verb.script(&ACQUIRE_FENCED), verb, name, value, millis)
+                let script = verb.script(&ACQUIRE_FENCED);
+                let legacy = member == Member::Standalone;
+                fenced_cmd(script, verb, name, legacy, value, millis)
             }
-            Op::Raise(token) => fenced_cmd(verb.script(&RAISE), verb, name, value, token),
+            Op::Raise(token) => fenced_cmd(verb.script(&RAISE), verb, name, false, value, token),
         }
     }
 }
@@ -124,16 +172,16 @@ impl Target for MutexTarget {
         !matches!(op, Op::Acquire | Op::Enter)
     }
 
-    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
-        self.command_for(op, Verb::from(delivery), value, millis)
+    fn command(&self, op: Op, delivery: Delivery, member: Member, value: &str, millis: u64) -> Cmd {
+        self.command_for(op, Verb::from(delivery), member, value, millis)
     }
 
     /// A fair mutex's plain first try: `SET NX`, and whether anybody stands in line.
-    fn entry(&self, op: Op, value: &str, millis: u64) -> Option<Pipeline> {
+    fn entry(&self, op: Op, member: Member, value: &str, millis: u64) -> Option<Pipeline> {
         if op != Op::Enter {
             return None;
         }
-        let set = self.command_for(Op::Acquire, Verb::EvalSha, value, millis);
+        let set = self.command_for(Op::Acquire, Verb::EvalSha, member, value, millis);
         Some(line::entry(set, self.line_keys()))
     }
 }
@@ -154,17 +202,20 @@ fn script_cmd(script: &str, verb: Verb, name: &str, value: &str, millis: Option<
     cmd
 }
 
-/// A script over the lock key and its fencing counter, with one number argument.
-fn fenced_cmd(script: &str, verb: Verb, name: &str, value: &str, number: u64) -> Cmd {
+/// A script over the lock key and its fencing counter (and, with `legacy`, the counter where the
+/// previous layout kept it), with one number argument.
+fn fenced_cmd(script: &str, verb: Verb, name: &str, legacy: bool, value: &str, number: u64) -> Cmd {
     let counter = counter_key(name);
-    let mut cmd = Cmd::with_capacity(7, 40 + script.len() + 2 * name.len() + value.len());
+    let mut cmd = Cmd::with_capacity(8, 48 + script.len() + 3 * name.len() + value.len());
     cmd.arg(verb.word())
         .arg(script)
-        .arg(2)
+        .arg(if legacy { 3 } else { 2 })
         .arg(name)
-        .arg(counter)
-        .arg(value)
-        .arg(number);
+        .arg(counter);
+    if legacy {
+        cmd.arg(legacy_counter_key(name));
+    }
+    cmd.arg(value).arg(number);
     cmd
 }
 
@@ -173,6 +224,7 @@ mod tests {
     use super::*;
     use crate::primitives::multi::MultiTarget;
     use crate::primitives::words;
+    use Member::{Cluster, Standalone};
 
     fn mutex(name: &str) -> MutexTarget {
         MutexTarget::new(name.into())
@@ -181,44 +233,148 @@ mod tests {
     #[test]
     fn set_is_built_as_redlock_requires() {
         let target = mutex("name");
-        let cmd = target.command(Op::Acquire, Delivery::ByDigest, "value", 8000);
+        let cmd = target.command(Op::Acquire, Delivery::ByDigest, Standalone, "value", 8000);
         assert_eq!(words(&cmd), ["SET", "name", "value", "NX", "PX", "8000"]);
     }
 
     #[test]
     fn a_fair_entry_sets_then_looks_for_the_line() {
         let target = mutex("name");
-        let entry = target.entry(Op::Enter, "value", 8000).expect("a pipeline");
+        let entry = target
+            .entry(Op::Enter, Standalone, "value", 8000)
+            .expect("a pipeline");
         let commands: Vec<Vec<String>> = entry.cmd_iter().map(words).collect();
         assert_eq!(
             commands,
             [
                 vec!["SET", "name", "value", "NX", "PX", "8000"],
-                vec!["EXISTS", "name:line"]
+                vec!["EXISTS", "{name}:line"]
             ]
         );
         assert!(!target.is_script(Op::Enter));
-        assert!(target.entry(Op::Acquire, "value", 8000).is_none());
+        assert!(
+            target
+                .entry(Op::Acquire, Standalone, "value", 8000)
+                .is_none()
+        );
         // Only a mutex over one name has a line; elsewhere an entry is the plain acquire.
         let multi = MultiTarget::new(["a", "b"].map(Arc::from));
-        assert!(multi.entry(Op::Enter, "v", 8000).is_none());
+        assert!(multi.entry(Op::Enter, Standalone, "v", 8000).is_none());
         assert_eq!(
-            words(&multi.command(Op::Enter, Delivery::ByDigest, "v", 8000)),
-            words(&multi.command(Op::Acquire, Delivery::ByDigest, "v", 8000))
+            words(&multi.command(Op::Enter, Delivery::ByDigest, Standalone, "v", 8000)),
+            words(&multi.command(Op::Acquire, Delivery::ByDigest, Standalone, "v", 8000))
         );
     }
 
     #[test]
     fn scripts_go_by_digest_or_in_full() {
         let target = mutex("name");
-        let by_digest = target.command(Op::Extend, Delivery::ByDigest, "v", 5);
+        let by_digest = target.command(Op::Extend, Delivery::ByDigest, Standalone, "v", 5);
         assert_eq!(
             words(&by_digest),
             ["EVALSHA", EXTEND.digest(), "1", "name", "v", "5"]
         );
-        let inline = target.command(Op::Raise(7), Delivery::Inline, "v", 5);
-        assert_eq!(words(&inline)[2..], ["2", "name", "name:fence", "v", "7"]);
+        let inline = target.command(Op::Raise(7), Delivery::Inline, Standalone, "v", 5);
+        assert_eq!(words(&inline)[2..], ["2", "name", "{name}:fence", "v", "7"]);
         assert_eq!(words(&inline)[0], "EVAL");
+    }
+
+    /// The keys beside a name carry its slot prefix: `{name}:` for a name without a hash tag,
+    /// the name and one more colon for a name with one, which keeps its tag.
+    #[test]
+    fn the_keys_beside_a_name_are_in_its_slot() {
+        assert_eq!(counter_key("order:42"), "{order:42}:fence");
+        assert_eq!(counter_key("{user:1}:cart"), "{user:1}:cart::fence");
+        assert_eq!(legacy_counter_key("order:42"), "order:42:fence");
+        let line = |name: &str| {
+            let entry = mutex(name)
+                .entry(Op::Enter, Standalone, "v", 1)
+                .expect("a pipeline");
+            words(entry.cmd_iter().nth(1).expect("EXISTS"))[1].clone()
+        };
+        assert_eq!(line("{user:1}:cart"), "{user:1}:cart::line");
+    }
+
+    /// On a standalone server a fenced acquire reads the counter of the previous layout too (so
+    /// tokens never go backwards across the upgrade); on a cluster, where it would be in another
+    /// slot and never was, it does not. The raise writes only the new counter.
+    #[test]
+    fn a_fenced_acquire_reads_the_old_counter_on_a_standalone_server_only() {
+        let target = mutex("n");
+        let standalone = target.command(Op::AcquireFenced, Delivery::ByDigest, Standalone, "v", 8);
+        assert_eq!(
+            words(&standalone)[1..],
+            [
+                ACQUIRE_FENCED.digest(),
+                "3",
+                "n",
+                "{n}:fence",
+                "n:fence",
+                "v",
+                "8"
+            ]
+        );
+        let cluster = target.command(Op::AcquireFenced, Delivery::ByDigest, Cluster, "v", 8);
+        assert_eq!(
+            words(&cluster)[1..],
+            [ACQUIRE_FENCED.digest(), "2", "n", "{n}:fence", "v", "8"]
+        );
+        for member in [Standalone, Cluster] {
+            let raise = target.command(Op::Raise(9), Delivery::ByDigest, member, "v", 8);
+            assert_eq!(words(&raise)[2..], ["2", "n", "{n}:fence", "v", "9"]);
+        }
+    }
+
+    /// A release notice goes out with `SPUBLISH` on the sharded channel in the name's slot on a
+    /// cluster, both passed as arguments; a standalone server gets the request it got before (the
+    /// scripts default to `PUBLISH` on the name's channel of today).
+    #[test]
+    fn notices_go_out_as_the_member_takes_them() {
+        let target = mutex("n");
+        let notify = Op::Release {
+            notify: true,
+            hand_off: false,
+        };
+        let standalone = target.command(notify, Delivery::ByDigest, Standalone, "v", 8);
+        assert_eq!(
+            words(&standalone)[1..],
+            [RELEASE_NOTIFY.digest(), "1", "n", "v"]
+        );
+        let cluster = target.command(notify, Delivery::Inline, Cluster, "v", 8);
+        assert_eq!(
+            words(&cluster)[2..],
+            ["1", "n", "v", "SPUBLISH", "redmutex:released:{n}"]
+        );
+        // The fair line's release and round publish grants the same way.
+        let hand_off = Op::Release {
+            notify: true,
+            hand_off: true,
+        };
+        let release = target.command(hand_off, Delivery::ByDigest, Cluster, "v", 8);
+        assert_eq!(
+            words(&release)[2..],
+            [
+                "4",
+                "n",
+                "{n}:line",
+                "{n}:line:until",
+                "{n}:ticket",
+                "v",
+                "SPUBLISH",
+                "redmutex:released:{n}"
+            ]
+        );
+        let release = target.command(hand_off, Delivery::ByDigest, Standalone, "v", 8);
+        assert_eq!(words(&release)[7..], ["v"]);
+        let round = |member| {
+            let round = target.command(Op::Round { ticket: 3 }, Delivery::ByDigest, member, "v", 8);
+            words(&round)[7..].to_vec()
+        };
+        assert_eq!(round(Standalone), ["v", "8", "3"]);
+        assert_eq!(
+            round(Cluster),
+            ["v", "8", "3", "SPUBLISH", "redmutex:released:{n}"]
+        );
     }
 
     #[test]

@@ -35,16 +35,19 @@ pub(crate) use target::{NEEDS, ReadTarget, SCRIPTS, SUFFIXES, WriteTarget, mark_
 /// - While readers hold, `x` holds the marker `redmutex:readers` (no lock value can be it), so
 ///   that the `SET NX` of a writer or a `Mutex` fails. Its expiry is the latest reader's, so when
 ///   the last reader's entry expires, the marker goes too.
-/// - `x:readers` is a sorted set of the readers' values, each scored by when it expires on the
+/// - `{x}:readers` is a sorted set of the readers' values, each scored by when it expires on the
 ///   node's own clock (Redis `TIME`). An expired entry counts for nothing, so a crashed reader
 ///   blocks writers no longer than its expiry; expired entries are swept whenever a writer tries
 ///   and whenever a reader comes or goes while others hold, so the entries of readers that
 ///   vanished without a release do not pile up while readers keep overlapping.
-/// - `x:writer-waiting` is the mark of a writer that found readers (see below).
-/// - `x:fence` is the fencing counter, as for a `Mutex`.
+/// - `{x}:writer-waiting` is the mark of a writer that found readers (see below).
+/// - `{x}:fence` is the fencing counter, as for a `Mutex`.
 ///
-/// Names ending in `:fence`, `:readers` or `:writer-waiting` are refused with [`Error::Config`]
-/// for every primitive, so no name is ever another name's auxiliary key.
+/// The keys beside `x` carry its Redis Cluster hash slot: a name with a hash tag of its own keeps
+/// it (`{shop}:prices::readers`), and a name with a `}` but no tag, which can have no keys beside
+/// it, is refused with [`Error::Config`] (see [keys and notice
+/// channels](crate::guide::keys)). Names ending in `:fence`, `:readers` or `:writer-waiting` are
+/// refused too, for every primitive, so no name is ever another name's auxiliary key.
 ///
 /// # Writers are not starved
 ///

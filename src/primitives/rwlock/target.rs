@@ -1,6 +1,8 @@
 //! The two sides of a read-write lock, as the engine sees them. The writer holds the name's key as
-//! a mutex does; readers are entries in `<name>:readers` while the key holds the readers' marker;
-//! a waiting writer leaves its mark in `<name>:writer-waiting`.
+//! a mutex does; readers are entries in `{<name>}:readers` while the key holds the readers'
+//! marker; a waiting writer leaves its mark in `{<name>}:writer-waiting` (see
+//! `engine::target::beside` for the layout of the keys beside a name: a name with a `}` and no
+//! hash tag has none, and is refused for read-write locks).
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,12 +12,13 @@ use redis::Cmd;
 
 use crate::engine::quorum::whole_millis;
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Target, Verb};
+use crate::engine::target::{self, Channels, Target, Verb, beside, check_prefix};
 use crate::error::Error;
+use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
-use crate::primitives::mutex::{MutexTarget, counter_key};
+use crate::primitives::mutex::{MutexTarget, counter_key, legacy_counter_key};
 
 /// What a read-write lock needs of a node: `PEXPIREAT ... GT` (7.0), `SET ... PXAT` (6.2) for
 /// readers. Writers are refused with them, so that one rule says where a name's readers and
@@ -37,14 +40,20 @@ pub(crate) const WRITE_ACQUIRE: Script = lua!("primitives/rwlock/write_acquire.l
 /// The read-write lock's scripts, which every node loads; the writer's others are the mutex's.
 pub(crate) const SCRIPTS: &[Script] = &[READ_ACQUIRE, READ_EXTEND, READ_RELEASE, WRITE_ACQUIRE];
 
-/// `<name>:readers`: the readers, a sorted set scored by when each entry expires.
+/// `{<name>}:readers`: the readers, a sorted set scored by when each entry expires.
 pub(crate) fn readers_key(name: &str) -> String {
-    format!("{name}:readers")
+    beside(name, ":readers")
 }
 
-/// `<name>:writer-waiting`: a waiting writer's mark, which new readers respect.
+/// `{<name>}:writer-waiting`: a waiting writer's mark, which new readers respect.
 pub(crate) fn mark_key(name: &str) -> String {
-    format!("{name}:writer-waiting")
+    beside(name, ":writer-waiting")
+}
+
+/// A read-write lock's names need keys beside them, whatever the settings.
+fn check_rw_name(name: &str) -> Result<(), Error> {
+    check_name(name, || "name".to_owned())?;
+    check_prefix(name, || "name".to_owned())
 }
 
 /// Keys of a read-write lock beside its name, made once rather than on every command.
@@ -52,8 +61,9 @@ pub(crate) fn mark_key(name: &str) -> String {
 struct Beside {
     readers: Box<str>,
     mark: Box<str>,
-    /// The name's fencing counter.
+    /// The name's fencing counter, and where the previous layout kept it.
     counter: Box<str>,
+    legacy_counter: Box<str>,
     /// How long a writer's mark lives, in milliseconds (writers only).
     mark_millis: u64,
 }
@@ -64,6 +74,7 @@ impl Beside {
             readers: readers_key(name).into(),
             mark: mark_key(name).into(),
             counter: counter_key(name).into(),
+            legacy_counter: legacy_counter_key(name).into(),
             mark_millis: whole_millis(mark),
         }
     }
@@ -74,6 +85,7 @@ impl Beside {
 pub(crate) struct ReadTarget {
     name: [Arc<str>; 1],
     beside: Beside,
+    channels: Channels,
 }
 
 impl ReadTarget {
@@ -81,6 +93,7 @@ impl ReadTarget {
         ReadTarget {
             beside: Beside::new(&name, Duration::ZERO),
             name: [name],
+            channels: Channels::default(),
         }
     }
 }
@@ -91,7 +104,7 @@ impl Target for ReadTarget {
     }
 
     fn check(&self) -> Result<(), Error> {
-        check_name(&self.name[0], || "name".to_owned())
+        check_rw_name(&self.name[0])
     }
 
     fn check_fencing(&self) -> Result<(), Error> {
@@ -110,9 +123,9 @@ impl Target for ReadTarget {
         &NEEDS
     }
 
-    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
+    fn command(&self, op: Op, delivery: Delivery, member: Member, value: &str, millis: u64) -> Cmd {
         let (verb, name, beside) = (Verb::from(delivery), &self.name[0], &self.beside);
-        let mut cmd = Cmd::with_capacity(9, 64 + 4 * name.len() + value.len());
+        let mut cmd = Cmd::with_capacity(9, 96 + 5 * name.len() + value.len());
         match op {
             // Readers never fence (`check_fencing` refuses it), nor wait in a fair line: their
             // acquire answers 0 either way.
@@ -143,8 +156,14 @@ impl Target for ReadTarget {
                     .arg(2)
                     .arg(&**name)
                     .arg(&*beside.readers)
-                    .arg(value)
-                    .arg(u8::from(notify));
+                    .arg(value);
+                if notify {
+                    let (publish, channel) = self.channels.get(name, member);
+                    cmd.arg(publish);
+                    if let Some(channel) = channel {
+                        cmd.arg(channel);
+                    }
+                }
             }
         }
         cmd
@@ -182,32 +201,38 @@ impl Target for WriteTarget {
     }
 
     fn check(&self) -> Result<(), Error> {
-        self.mutex.check()
+        check_rw_name(&self.first()[..])
     }
 
     fn needs(&self, _op: Op) -> &'static Needs {
         &NEEDS
     }
 
-    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
+    fn command(&self, op: Op, delivery: Delivery, member: Member, value: &str, millis: u64) -> Cmd {
         let (verb, name, beside) = (Verb::from(delivery), self.first(), &self.beside);
         let fenced = match op {
             // As for several names, a fair round here would be a plain acquire.
             Op::Acquire | Op::Round { .. } | Op::Enter => false,
             Op::AcquireFenced => true,
             Op::Extend | Op::Release { .. } | Op::Raise(_) => {
-                return self.mutex.command(op, delivery, value, millis);
+                return self.mutex.command(op, delivery, member, value, millis);
             }
         };
-        let mut cmd = Cmd::with_capacity(9, 64 + 4 * name.len() + value.len());
+        // The old counter is read on a standalone server only (see `mutex::target`).
+        let legacy = fenced && member == Member::Standalone;
+        let keys = 3 + usize::from(fenced) + usize::from(legacy);
+        let mut cmd = Cmd::with_capacity(10, 96 + 6 * name.len() + value.len());
         cmd.arg(verb.word())
             .arg(verb.script(&WRITE_ACQUIRE))
-            .arg(if fenced { 4 } else { 3 })
+            .arg(keys)
             .arg(&**name)
             .arg(&*beside.readers)
             .arg(&*beside.mark);
         if fenced {
             cmd.arg(&*beside.counter);
+        }
+        if legacy {
+            cmd.arg(&*beside.legacy_counter);
         }
         cmd.arg(value).arg(millis).arg(beside.mark_millis);
         cmd
@@ -225,11 +250,12 @@ impl fmt::Debug for WriteTarget {
 mod tests {
     use super::*;
     use crate::primitives::words;
+    use Member::{Cluster, Standalone};
 
     #[test]
     fn the_two_sides_of_a_read_write_lock() {
         let read = ReadTarget::new("n".into());
-        let cmd = read.command(Op::Acquire, Delivery::ByDigest, "v", 8000);
+        let cmd = read.command(Op::Acquire, Delivery::ByDigest, Standalone, "v", 8000);
         assert_eq!(
             words(&cmd),
             [
@@ -237,8 +263,8 @@ mod tests {
                 READ_ACQUIRE.digest(),
                 "3",
                 "n",
-                "n:readers",
-                "n:writer-waiting",
+                "{n}:readers",
+                "{n}:writer-waiting",
                 "v",
                 "8000"
             ]
@@ -249,29 +275,44 @@ mod tests {
                 hand_off: false,
             },
             Delivery::ByDigest,
+            Standalone,
             "v",
             8000,
         );
         assert_eq!(
             words(&cmd)[1..],
-            [READ_RELEASE.digest(), "2", "n", "n:readers", "v", "0"]
+            [READ_RELEASE.digest(), "2", "n", "{n}:readers", "v"]
         );
         assert!(read.probe("n").is_none());
 
         let write = WriteTarget::new("n".into(), Duration::from_millis(1450));
-        let cmd = write.command(Op::AcquireFenced, Delivery::ByDigest, "v", 8000);
+        let cmd = write.command(Op::AcquireFenced, Delivery::ByDigest, Standalone, "v", 8000);
         assert_eq!(
             words(&cmd)[1..],
             [
                 WRITE_ACQUIRE.digest(),
-                "4",
+                "5",
                 "n",
-                "n:readers",
-                "n:writer-waiting",
+                "{n}:readers",
+                "{n}:writer-waiting",
+                "{n}:fence",
                 "n:fence",
                 "v",
                 "8000",
                 "1450"
+            ]
+        );
+        // On a cluster, without the old counter.
+        let cmd = write.command(Op::AcquireFenced, Delivery::ByDigest, Cluster, "v", 8000);
+        assert_eq!(
+            words(&cmd)[2..8],
+            [
+                "4",
+                "n",
+                "{n}:readers",
+                "{n}:writer-waiting",
+                "{n}:fence",
+                "v"
             ]
         );
         // Holding the name's key like a mutex, the writer shares its other scripts.
@@ -284,9 +325,11 @@ mod tests {
             },
             Op::Raise(3),
         ] {
-            let write = write.command(op, Delivery::ByDigest, "v", 8000);
-            let mutex = mutex.command(op, Delivery::ByDigest, "v", 8000);
-            assert_eq!(words(&write), words(&mutex), "{op:?}");
+            for member in [Standalone, Cluster] {
+                let write = write.command(op, Delivery::ByDigest, member, "v", 8000);
+                let mutex = mutex.command(op, Delivery::ByDigest, member, "v", 8000);
+                assert_eq!(words(&write), words(&mutex), "{op:?}");
+            }
         }
         assert!(write.probe("n").is_some());
         assert!(write.check_fencing().is_ok());
@@ -294,5 +337,48 @@ mod tests {
             read.check_fencing(),
             Err(Error::Config { field, .. }) if field == "fencing"
         ));
+    }
+
+    #[test]
+    fn a_reader_publishes_as_the_member_takes_it() {
+        let read = ReadTarget::new("{t}x".into());
+        let op = Op::Release {
+            notify: true,
+            hand_off: false,
+        };
+        let cmd = read.command(op, Delivery::ByDigest, Standalone, "v", 8000);
+        assert_eq!(
+            words(&cmd)[2..],
+            ["2", "{t}x", "{t}x::readers", "v", "PUBLISH"]
+        );
+        let cmd = read.command(op, Delivery::ByDigest, Cluster, "v", 8000);
+        assert_eq!(
+            words(&cmd)[2..],
+            [
+                "2",
+                "{t}x",
+                "{t}x::readers",
+                "v",
+                "SPUBLISH",
+                "redmutex:released:{t}x:"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_name_without_keys_beside_it_is_no_read_write_lock() {
+        let refused = |target: &dyn Target| match target.check() {
+            Err(Error::Config { field, rule }) => (field, rule),
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        for target in [
+            &ReadTarget::new("a}b".into()) as &dyn Target,
+            &WriteTarget::new("a}b".into(), Duration::ZERO),
+        ] {
+            let (field, rule) = refused(target);
+            assert_eq!(field, "name");
+            assert!(rule.contains("hash tag"), "{rule}");
+        }
+        assert!(ReadTarget::new("{a}b}".into()).check().is_ok());
     }
 }

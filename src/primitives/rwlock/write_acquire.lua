@@ -1,6 +1,7 @@
--- Write acquire: KEYS[1] = name, KEYS[2] = its readers, KEYS[3] = its writer's mark, and (fenced)
--- KEYS[4] = its counter; ARGV[1] = value, ARGV[2] = expiry in milliseconds, ARGV[3] = how long the
--- mark lives in milliseconds (0: no mark).
+-- Write acquire: KEYS[1] = name, KEYS[2] = its readers, KEYS[3] = its writer's mark, (fenced)
+-- KEYS[4] = its counter, and (fenced, on a standalone server) KEYS[5] = its counter where the
+-- previous key layout kept it, read as the mutex's acquire_fenced.lua reads it; ARGV[1] = value,
+-- ARGV[2] = expiry in milliseconds, ARGV[3] = how long the mark lives in milliseconds (0: no mark).
 --
 -- Takes the name where it is free: no key (`SET NX`, as a mutex; then no reader is live, since the
 -- marker outlives them all), or only the readers' marker with no live entry left (the set is swept
@@ -13,6 +14,7 @@ local counter = 0
 if KEYS[4] then
   counter = tonumber(redis.call('GET', KEYS[4]) or '0')
   if not counter then return redis.error_reply('redmutex: ' .. KEYS[4] .. ' is not a fencing counter') end
+  if KEYS[5] then counter = math.max(counter, tonumber(redis.pcall('GET', KEYS[5])) or 0) end
 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if redis.call('GET', KEYS[1]) ~= 'redmutex:readers' then return -1 end

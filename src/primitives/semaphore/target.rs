@@ -9,8 +9,9 @@ use redis::Cmd;
 use crate::engine::quorum::permit_quorum;
 use crate::engine::request::{Delivery, Op};
 use crate::engine::tally::Tally;
-use crate::engine::target::{self, Target, Verb};
+use crate::engine::target::{self, Channels, Target, Verb};
 use crate::error::Error;
+use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
@@ -32,6 +33,8 @@ pub(crate) const SCRIPTS: &[Script] = &[ACQUIRE, EXTEND, RELEASE];
 pub(crate) struct PermitsTarget {
     name: [Arc<str>; 1],
     permits: u32,
+    /// The channel its releases publish on, on a cluster.
+    channels: Channels,
 }
 
 impl PermitsTarget {
@@ -39,6 +42,7 @@ impl PermitsTarget {
         PermitsTarget {
             name: [name],
             permits,
+            channels: Channels::default(),
         }
     }
 
@@ -93,7 +97,7 @@ impl Target for PermitsTarget {
     /// A fenced acquire, a raise, a fair round and a hand-off are never sent for a semaphore
     /// (settings asking for them are refused): they map to the plain commands, which answer in
     /// the same convention, so no arm can fail.
-    fn command(&self, op: Op, delivery: Delivery, value: &str, millis: u64) -> Cmd {
+    fn command(&self, op: Op, delivery: Delivery, member: Member, value: &str, millis: u64) -> Cmd {
         let (verb, name) = (Verb::from(delivery), &self.name[0]);
         match op {
             Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => semaphore_cmd(
@@ -106,13 +110,17 @@ impl Target for PermitsTarget {
             Op::Extend | Op::Raise(_) => {
                 semaphore_cmd(verb.script(&EXTEND), verb, name, value, &[millis])
             }
-            Op::Release { notify, .. } => semaphore_cmd(
-                verb.script(&RELEASE),
-                verb,
-                name,
-                value,
-                &[u64::from(notify)],
-            ),
+            Op::Release { notify, .. } => {
+                let mut cmd = semaphore_cmd(verb.script(&RELEASE), verb, name, value, &[]);
+                if notify {
+                    let (publish, channel) = self.channels.get(name, member);
+                    cmd.arg(publish);
+                    if let Some(channel) = channel {
+                        cmd.arg(channel);
+                    }
+                }
+                cmd
+            }
         }
     }
 }
@@ -127,8 +135,8 @@ impl fmt::Debug for PermitsTarget {
 /// A semaphore script over its one key, with the value and number arguments.
 fn semaphore_cmd(script: &str, verb: Verb, name: &str, value: &str, numbers: &[u64]) -> Cmd {
     let mut cmd = Cmd::with_capacity(
-        4 + numbers.len(),
-        48 + script.len() + name.len() + value.len(),
+        6 + numbers.len(),
+        64 + script.len() + 2 * name.len() + value.len(),
     );
     cmd.arg(verb.word()).arg(script).arg(1).arg(name).arg(value);
     for &number in numbers {
@@ -141,28 +149,38 @@ fn semaphore_cmd(script: &str, verb: Verb, name: &str, value: &str, numbers: &[u
 mod tests {
     use super::*;
     use crate::primitives::words;
+    use Member::{Cluster, Standalone};
 
     #[test]
     fn semaphore_scripts_take_the_name_and_their_numbers() {
         let target = PermitsTarget::new("jobs".into(), 3);
-        let acquire = target.command(Op::Acquire, Delivery::ByDigest, "v", 2000);
+        let acquire = target.command(Op::Acquire, Delivery::ByDigest, Standalone, "v", 2000);
         assert_eq!(
             words(&acquire),
             ["EVALSHA", ACQUIRE.digest(), "1", "jobs", "v", "2000", "3"]
         );
-        let extend = target.command(Op::Extend, Delivery::Inline, "v", 2000);
+        let extend = target.command(Op::Extend, Delivery::Inline, Standalone, "v", 2000);
         assert_eq!(words(&extend)[0], "EVAL");
         assert_eq!(words(&extend)[1], EXTEND.text());
         assert_eq!(words(&extend)[2..], ["1", "jobs", "v", "2000"]);
-        for (notify, flag) in [(false, "0"), (true, "1")] {
-            let release = Op::Release {
+        let release = |notify, member| {
+            let op = Op::Release {
                 notify,
                 hand_off: false,
             };
-            let release = target.command(release, Delivery::ByDigest, "v", 9);
-            assert_eq!(words(&release)[1], RELEASE.digest());
-            assert_eq!(words(&release)[2..], ["1", "jobs", "v", flag]);
-        }
+            words(&target.command(op, Delivery::ByDigest, member, "v", 9))
+        };
+        assert_eq!(release(false, Standalone)[1], RELEASE.digest());
+        assert_eq!(release(false, Standalone)[2..], ["1", "jobs", "v"]);
+        assert_eq!(release(false, Cluster), release(false, Standalone));
+        assert_eq!(
+            release(true, Standalone)[2..],
+            ["1", "jobs", "v", "PUBLISH"]
+        );
+        assert_eq!(
+            release(true, Cluster)[2..],
+            ["1", "jobs", "v", "SPUBLISH", "redmutex:released:{jobs}"]
+        );
         assert!(target.is_script(Op::Acquire));
     }
 

@@ -1,6 +1,6 @@
 -- A piece of the fair line's scripts: `hand_off(head, place, left)` sets the key to the head's
 -- value for what is left of its entry, takes the head out of the line, and names it in a grant
--- notice, with the ticket its place had: a round of the head's may pass the key on before the head
+-- notice (sent with the script's `publish`), with the ticket its place had: a round of the head's may pass the key on before the head
 -- reads the notice, and put it back in line with another ticket (see `Standing::handed` in
 -- standing.rs). Its arguments come from `head_of_line`, so it cannot fail halfway.
 
@@ -10,5 +10,5 @@ local function hand_off(head, place, left)
   redis.call('SET', KEYS[1], head, 'PX', left)
   redis.call('ZREM', KEYS[2], head)
   redis.call('ZREM', KEYS[3], head)
-  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], notice)
+  publish(notice)
 end

@@ -7,6 +7,6 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   if not current then return 0 end
   if current ~= ARGV[1] then return -1 end
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', 'redmutex:released:' .. KEYS[1], ARGV[1])
+  publish(ARGV[1])
   return 1
 end

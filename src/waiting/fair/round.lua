@@ -2,7 +2,8 @@
 --
 -- KEYS[1] = name, KEYS[2] = line, KEYS[3] = line expiries, KEYS[4] = ticket counter; ARGV[1] =
 -- value, ARGV[2] = expiry in milliseconds (of the lock and of the entry), ARGV[3] = the ticket this
--- waiter offers (its ticket in line, once it has one). A ticket above 2^52 (`TICKET_LIMIT` in
+-- waiter offers (its ticket in line, once it has one); on a Redis Cluster also ARGV[4] and ARGV[5] =
+-- the command that publishes the grant notice of a hand-off and its channel (as for release.lua). A ticket above 2^52 (`TICKET_LIMIT` in
 -- scripts.rs) is refused with an error before anything is written.
 --
 -- A waiter not in line joins with its offer or, if the node gave that ticket or a higher one
@@ -15,6 +16,9 @@
 -- in line, with our ticket on this node (our entry renewed for another expiry).
 --- @include "round_without_line.lua"
 
+local function publish(notice)
+  redis.call(ARGV[4] or 'PUBLISH', ARGV[5] or 'redmutex:released:' .. KEYS[1], notice)
+end
 local offer = tonumber(ARGV[3])
 if not offer or offer < 1 or offer > 4503599627370496 or offer % 1 ~= 0 then
   return redis.error_reply('ERR redmutex: a ticket is a whole number from 1 to 2^52')

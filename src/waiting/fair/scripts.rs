@@ -2,14 +2,16 @@
 //! release that hands the lock to the head of the line, in `round.lua` and `release.lua`) and the
 //! commands that send them.
 //!
-//! Per name, beside the lock key, every node keeps its line: `<name>:line`, a sorted set of the
-//! waiters' lock values scored by their tickets; `<name>:line:until`, the same members scored by
-//! when each entry expires on the node's own clock (milliseconds of `TIME`); and
-//! `<name>:ticket`, the highest ticket the node ever took. Entries expire unless their waiter
-//! renews them, every script sweeps the expired ones first, and the three keys expire with the
-//! line's last entry. A node grants the lock only to the waiter with the lowest live ticket it
-//! holds (the head), ties broken by value; `waiting::fair` says why that serves waiters in the
-//! order they joined.
+//! Per name, beside the lock key (in its slot: see `engine::target::beside`, which gives the keys
+//! of `order:42` as `{order:42}:line`, ...), every node keeps its line: `{<name>}:line`, a sorted
+//! set of the waiters' lock values scored by their tickets; `{<name>}:line:until`, the same members
+//! scored by when each entry expires on the node's own clock (milliseconds of `TIME`); and
+//! `{<name>}:ticket`, the highest ticket the node ever took. Release and grant notices go out on
+//! the channel and with the command the client passes (see `engine::target::channel_arg`). Entries
+//! expire unless their waiter renews them, every script sweeps the expired ones first, and the
+//! three keys expire with the line's last entry. A node grants the lock only to the waiter with
+//! the lowest live ticket it holds (the head), ties broken by value; `waiting::fair` says why that
+//! serves waiters in the order they joined.
 //!
 //! Any of these keys can go missing on its own (evicted under `maxmemory`, deleted by hand), and
 //! the scripts go on from whatever is left, repairing as they go: an entry without a deadline is
@@ -22,7 +24,7 @@
 
 use redis::{Cmd, Pipeline};
 
-use crate::engine::target::Verb;
+use crate::engine::target::{Verb, beside};
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 
@@ -56,7 +58,7 @@ pub(crate) const GRANT_MARK: u8 = 0;
 /// line (`waiting/fair/release.lua`).
 pub(crate) const RELEASE: Script = lua!("waiting/fair/release.lua");
 
-/// The keys of a name's fair line: `<name>:line`, `<name>:line:until` and `<name>:ticket`.
+/// The keys of a name's fair line: `{<name>}:line`, `{<name>}:line:until` and `{<name>}:ticket`.
 pub(crate) struct LineKeys {
     line: String,
     until: String,
@@ -66,14 +68,16 @@ pub(crate) struct LineKeys {
 impl LineKeys {
     pub(crate) fn new(name: &str) -> LineKeys {
         LineKeys {
-            line: format!("{name}:line"),
-            until: format!("{name}:line:until"),
-            ticket: format!("{name}:ticket"),
+            line: beside(name, ":line"),
+            until: beside(name, ":line:until"),
+            ticket: beside(name, ":ticket"),
         }
     }
 }
 
-/// A fair waiter's round on `name` (see `round.lua`).
+/// A fair waiter's round on `name` (see `round.lua`), whose hand-off publishes a grant notice
+/// with `notices` (the command and the channel, where the member needs them: see
+/// `engine::target::channel_arg`).
 pub(crate) fn round(
     verb: Verb,
     name: &str,
@@ -81,14 +85,43 @@ pub(crate) fn round(
     value: &str,
     millis: u64,
     ticket: u64,
+    notices: Option<(&str, &str)>,
 ) -> Cmd {
-    let args = [value, &millis.to_string(), &ticket.to_string()];
-    line_cmd(verb.script(&ROUND), verb, name, keys, &args)
+    let (millis, ticket) = (millis.to_string(), ticket.to_string());
+    match notices {
+        None => line_cmd(
+            verb.script(&ROUND),
+            verb,
+            name,
+            keys,
+            &[value, &millis, &ticket],
+        ),
+        Some((publish, channel)) => {
+            let args = [value, &millis, &ticket, publish, channel];
+            line_cmd(verb.script(&ROUND), verb, name, keys, &args)
+        }
+    }
 }
 
-/// A fair mutex's release, which hands the lock to the head of the line (see `release.lua`).
-pub(crate) fn release(verb: Verb, name: &str, keys: &LineKeys, value: &str) -> Cmd {
-    line_cmd(verb.script(&RELEASE), verb, name, keys, &[value])
+/// A fair mutex's release, which hands the lock to the head of the line (see `release.lua`),
+/// publishing with `notices` as [`round`] does.
+pub(crate) fn release(
+    verb: Verb,
+    name: &str,
+    keys: &LineKeys,
+    value: &str,
+    notices: Option<(&str, &str)>,
+) -> Cmd {
+    match notices {
+        None => line_cmd(verb.script(&RELEASE), verb, name, keys, &[value]),
+        Some((publish, channel)) => line_cmd(
+            verb.script(&RELEASE),
+            verb,
+            name,
+            keys,
+            &[value, publish, channel],
+        ),
+    }
 }
 
 /// A fair mutex's plain first try: `set` (the mutex's `SET NX`), then `EXISTS` on the name's line,
@@ -104,7 +137,7 @@ pub(crate) fn entry(set: Cmd, keys: &LineKeys) -> Pipeline {
 
 /// A script over the lock key and its fair line.
 fn line_cmd(script: &str, verb: Verb, name: &str, keys: &LineKeys, args: &[&str]) -> Cmd {
-    let mut cmd = Cmd::with_capacity(7 + args.len(), 64 + script.len() + 4 * name.len());
+    let mut cmd = Cmd::with_capacity(7 + args.len(), 128 + script.len() + 5 * name.len());
     cmd.arg(verb.word())
         .arg(script)
         .arg(4)
@@ -150,9 +183,12 @@ mod tests {
         assert_eq!(GRANT_MARK, b'\0');
         assert!(RELEASE.text().contains(r"'\0' .. redis.sha1hex(head)"));
         assert!(ROUND.text().contains(r"'\0' .. redis.sha1hex(head)"));
-        assert!(RELEASE.text().contains(&format!(
-            "'{}' .. KEYS[1]",
-            crate::nodes::listener::NOTICE_PREFIX
-        )));
+        // Where no channel is given (a standalone server), the listeners' one.
+        for script in [RELEASE, ROUND] {
+            assert!(script.text().contains(&format!(
+                "'{}' .. KEYS[1]",
+                crate::nodes::listener::NOTICE_PREFIX
+            )));
+        }
     }
 }

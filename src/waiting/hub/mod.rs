@@ -21,7 +21,7 @@ pub(crate) mod line;
 mod place;
 mod turn;
 
-use crate::nodes::listener::{Command, NOTICE_PREFIX, NoticeSink};
+use crate::nodes::listener::{Command, NoticeSink};
 use crate::waiting::fair::scripts::GRANT_MARK;
 pub(crate) use place::Place;
 pub(crate) use turn::Turn;
@@ -132,10 +132,6 @@ impl State {
     }
 }
 
-fn channel(name: &str) -> String {
-    format!("{NOTICE_PREFIX}{name}")
-}
-
 impl Hub {
     /// Whether the listener tasks still run: they end only when the hub is dropped, or when the
     /// runtime they ran on shut down.
@@ -229,12 +225,12 @@ impl Hub {
     }
 
     /// Asks every listener to subscribe to `name`'s notices.
-    fn subscribe(&self, name: &str) -> Subscribing {
+    fn subscribe(&self, name: &Arc<str>) -> Subscribing {
         let confirmations = FuturesUnordered::new();
         for commands in &self.commands {
             let (sender, receiver) = oneshot::channel();
             // A listener that is gone drops the sender, which reads as "not confirmed".
-            let _ = commands.send(Command::Subscribe(channel(name), Some(sender)));
+            let _ = commands.send(Command::Subscribe(Arc::clone(name), Some(sender)));
             confirmations.push(receiver);
         }
         let needed = self.quorum;
@@ -286,7 +282,7 @@ impl Hub {
                 .is_some_and(|idle| now.duration_since(idle) >= LINGER);
             if stale {
                 for commands in &self.commands {
-                    let _ = commands.send(Command::Unsubscribe(channel(name)));
+                    let _ = commands.send(Command::Unsubscribe(Arc::clone(name)));
                 }
             }
             !stale
@@ -353,14 +349,9 @@ impl NoticeSink for Hub {
         state.wake(first_turn);
     }
 
-    /// The channels of every name somebody listens for, to subscribe a listener after it
-    /// (re)connected.
-    fn channels(&self) -> Vec<String> {
-        self.state()
-            .names
-            .keys()
-            .map(|name| channel(name))
-            .collect()
+    /// Every name somebody listens for, to subscribe a listener after it (re)connected.
+    fn names(&self) -> Vec<Arc<str>> {
+        self.state().names.keys().cloned().collect()
     }
 
     /// Drops names nobody waited on for [`LINGER`], and unsubscribes the nodes from them.
@@ -450,7 +441,7 @@ mod tests {
         assert!(subscribing.is_some());
         let (_second, subscribing) = hub.join(&name(), since);
         assert!(subscribing.is_none(), "one subscription per name");
-        assert_eq!(hub.channels(), ["redmutex:released:n"]);
+        assert_eq!(hub.names(), [Arc::from("n")]);
     }
 
     #[tokio::test]
@@ -519,11 +510,11 @@ mod tests {
         place.done();
         let later = Instant::now() + LINGER;
         hub.sweep_at(&mut hub.state(), later);
-        assert!(hub.channels().is_empty());
+        assert!(hub.names().is_empty());
         let (turn, subscribing) = hub.take_turn(&name(), "f");
         assert!(subscribing.is_some(), "fair waiters subscribe too");
         drop(turn);
         hub.sweep_at(&mut hub.state(), Instant::now() + LINGER);
-        assert!(hub.channels().is_empty());
+        assert!(hub.names().is_empty());
     }
 }

@@ -8,6 +8,22 @@ use std::time::Duration;
 use redmutex::{Mutex, Redlock, Semaphore};
 use testenv::Cluster;
 
+/// The key `suffix` (`":fence"`, `":readers"`, ...) beside `name` on the nodes, in the name's
+/// Redis Cluster slot: `{order:42}:fence` for a name without a hash tag, `{user:1}:cart::fence`
+/// for one with a tag, which it keeps (see the guide's *Keys and notice channels*). Restated here
+/// rather than taken from the crate, so that a change of layout fails the tests.
+pub fn beside(name: &str, suffix: &str) -> String {
+    let tagged = name
+        .find('{')
+        .and_then(|open| name[open + 1..].find('}'))
+        .is_some_and(|close| close > 0);
+    if tagged {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}{suffix}")
+    }
+}
+
 /// A client over every node of `cluster`.
 pub async fn client(cluster: &Cluster) -> Redlock {
     Redlock::connect(cluster.urls())
