@@ -205,6 +205,15 @@ pub enum NodeErrorKind {
         /// What the node runs, e.g. `"Redis 6.2.14"`.
         runs: String,
     },
+    /// The node runs Redis Cluster, and redmutex was built without its `cluster` feature, which
+    /// talks to a whole cluster as one member: nothing is sent to it (a
+    /// [`refusal`](Self::is_refusal)), since a connection to one node of a cluster reaches only
+    /// the keys of that node's slots.
+    #[error(
+        "a Redis Cluster node: a cluster member needs redmutex's `cluster` feature \
+         (on by default; turned off here)"
+    )]
+    ClusterFeatureOff,
 }
 
 impl NodeErrorKind {
@@ -213,8 +222,9 @@ impl NodeErrorKind {
     /// message), the connection is not authenticated (`NOAUTH`), its credentials were refused
     /// (`WRONGPASS`, or a failed `AUTH` while connecting), a script's user may not run a command,
     /// key or channel of the script, the command is unknown there (disabled or renamed, e.g.
-    /// scripting turned off), or the node's Redis is too old for the primitive
-    /// ([`TooOld`](Self::TooOld)).
+    /// scripting turned off), the node's Redis is too old for the primitive
+    /// ([`TooOld`](Self::TooOld)), or it runs Redis Cluster in a build without the `cluster`
+    /// feature ([`ClusterFeatureOff`](Self::ClusterFeatureOff)).
     ///
     /// `lock()` stops retrying when such refusals alone leave too few nodes for a quorum, and
     /// returns [`Error::NoQuorum`] with them at once. The connection to a node that refused its
@@ -232,7 +242,7 @@ impl NodeErrorKind {
     pub fn is_refusal(&self) -> bool {
         let error = match self {
             NodeErrorKind::Redis(error) => error,
-            NodeErrorKind::TooOld { .. } => return true,
+            NodeErrorKind::TooOld { .. } | NodeErrorKind::ClusterFeatureOff => return true,
             _ => return false,
         };
         if error.kind() == redis::ErrorKind::AuthenticationFailed {
