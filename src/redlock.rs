@@ -101,6 +101,25 @@ impl Redlock {
     /// assert!(!error.to_string().contains("hunter2"));
     /// # }
     /// ```
+    ///
+    /// Two standalone servers and a Redis Cluster, given by one of its nodes: three members.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let servers = testenv::Cluster::start(2);
+    /// # let cluster = testenv::RedisCluster::start(3, 0);
+    /// # let urls = [servers.urls()[0].clone(), servers.urls()[1].clone(), cluster.seed_url()];
+    /// use redmutex::Redlock;
+    ///
+    /// // e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://config-endpoint:6379"]
+    /// let redlock = Redlock::connect(urls).await?;
+    /// assert_eq!((redlock.len(), redlock.quorum()), (3, 2));
+    /// let lock = redlock.new_mutex("invoice:2026-12").lock().await?;
+    /// lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect<I>(urls: I) -> Result<Redlock, Error>
     where
         I: IntoIterator,

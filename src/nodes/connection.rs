@@ -61,6 +61,25 @@ use crate::error::NodeErrorKind;
 /// # Ok(())
 /// # }
 /// ```
+///
+/// A whole Redis Cluster as one member, through a connection of the redis crate's cluster client:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let cluster = testenv::RedisCluster::start(3, 0);
+/// use redis::cluster::ClusterClient;
+/// use redmutex::{NodeConnection, Redlock};
+///
+/// let client = ClusterClient::new(cluster.urls())?; // no response timeout by default
+/// let connection = client.get_async_connection().await?;
+/// let redlock = Redlock::new([NodeConnection::from(connection)])?;
+/// assert_eq!(redlock.len(), 1);
+/// let lock = redlock.new_mutex("doc:cluster-connection").lock().await?;
+/// lock.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct NodeConnection(Inner);
 

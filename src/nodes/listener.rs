@@ -91,6 +91,7 @@ pub(crate) fn channel(name: &str) -> String {
 /// The sharded channel of `name`'s notices on a Redis Cluster: the prefix and the name's slot
 /// prefix (`redmutex:released:{order:42}`), in the name's slot; `None` for a name that has no
 /// slot prefix (see `hash_tag::slot_prefix`), whose notices a cluster member does not carry.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 pub(crate) fn sharded_channel(name: &str) -> Option<String> {
     super::hash_tag::slot_prefix(name).map(|prefix| format!("{NOTICE_PREFIX}{prefix}"))
 }

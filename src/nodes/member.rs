@@ -48,6 +48,7 @@ use super::reconnect::address_of;
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]
+#[allow(clippy::large_enum_variant)] // one per member, made once: boxing would only cost callers
 pub enum MemberClient {
     /// A client of one node: a standalone server, or any node of a Redis Cluster, which then
     /// stands for its whole cluster.

@@ -171,6 +171,7 @@ impl ServerVersion {
     /// The lower of two masters' versions, for a cluster member, which runs a primitive only if
     /// every master does: a version known below another's bound wins, and a master whose version
     /// is unknown is not judged, as a standalone node of unknown version is not.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn lowest(self, other: ServerVersion) -> ServerVersion {
         use ServerVersion::{Before, Redis, Unknown, Valkey};
         let known = |version: ServerVersion| match version {

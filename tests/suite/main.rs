@@ -18,6 +18,7 @@ mod acl;
 mod acquire;
 mod cancel;
 mod checks;
+mod cluster_member;
 mod config;
 mod connecting;
 mod contention;

@@ -41,15 +41,18 @@ const SCRATCH_EXPIRY: Duration = Duration::from_secs(10);
 /// |---|---|---|
 /// | `reachable` | the node does not answer `PING` | `+ping` |
 /// | `distinct` | two nodes are one server (same `run_id`): it would count twice | `+info` |
-/// | `independent` | the node is a replica, its master or a replica of it is another configured node, or it runs Redis Cluster | `+info` |
+/// | `independent` | the node is a replica, its master or a replica of it is another configured node, or two nodes reach one Redis Cluster (shared node IDs) | `+info`, `+cluster\|slots` on a cluster |
 /// | `eviction` | `maxmemory` is set with any policy but `noeviction` (lock keys carry a TTL, so `volatile-*` evicts them too) | `+info` |
 /// | `persistence` | never; warns unless `appendonly yes` and `appendfsync always` | `+info`, `+config\|get` |
 /// | `permissions` | a real lock, extend and unlock round on a scratch name fails | `+set`, `+evalsha`, `+eval`, keys matching the scratch prefix, `&redmutex:released:*` |
 /// | `version` | the node's Redis is too old for mutexes; warns when it is too old for other primitives (named, with the version they need: they are refused on this node), or its version is unknown | `+info`, or else `+eval` |
 ///
-/// A question the node refuses to answer (INFO or CONFIG disabled, as on some managed services)
-/// gives a warning with the node's reason, not a failure; the checks of an unreachable node are
-/// skipped.
+/// A Redis Cluster member gets one row per check too: `eviction`, `persistence` and
+/// `permissions` run on each of its masters (a lock key may land on any), and its row takes the
+/// worst master's verdict and names the masters that have it; `independent` warns when the
+/// cluster has replicas, as for a standalone master's. A question the node refuses to answer
+/// (INFO or CONFIG disabled, as on some managed services) gives a warning with the node's reason,
+/// not a failure; the checks of an unreachable node are skipped.
 ///
 /// # Examples
 ///
@@ -117,7 +120,8 @@ pub enum CheckKind {
     Reachable,
     /// No other configured node is the same server.
     Distinct,
-    /// An independent master: no replication with other configured nodes, not Redis Cluster.
+    /// An independent member: no replication with other configured nodes, and no two of them in
+    /// one Redis Cluster.
     Independent,
     /// Lock keys cannot be evicted.
     Eviction,
