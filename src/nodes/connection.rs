@@ -171,6 +171,8 @@ impl NodeConnection {
     /// it is made (a request built before that, sent on a cluster, goes out in the standalone
     /// form: it costs at most a notice nobody hears); a caller's connection is what its type
     /// says.
+    // Requests read it to pick their form; in this layer only the cluster listener does.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn member(&self) -> Member {
         match &self.0.connection {
             Connection::Own(c) => c.member(),
@@ -204,6 +206,9 @@ impl NodeConnection {
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
     /// future costs a copy of it and a state machine on every node call. Errors the node replied
     /// with come back as [`Value::ServerError`].
+    // Inlined, so that the large future it returns is built where its caller keeps it rather
+    // than copied there: the cluster's arms made it big enough for the compiler to stop that.
+    #[inline(always)]
     pub(crate) fn send<'a>(
         &'a mut self,
         cmd: &'a Cmd,
@@ -231,6 +236,9 @@ impl NodeConnection {
     /// then nothing is sent, and the answer is [`NodeErrorKind::TooOld`]. Errors the node replied
     /// with come back as [`Value::ServerError`]. Not an `async fn`, for the reason given at
     /// [`send`](Self::send).
+    // Inlined, so that the large future it returns is built where its caller keeps it rather
+    // than copied there: the cluster's arms made it big enough for the compiler to stop that.
+    #[inline(always)]
     pub(crate) fn send_for<'a>(
         &'a mut self,
         needs: &'static Needs,

@@ -22,7 +22,7 @@ use futures::future::{BoxFuture, FutureExt};
 use redis::{RedisResult, Value};
 
 use super::member::MemberClient;
-use super::reconnect::{CONNECT_TIMEOUT, Link, Live, Reconnecting, open};
+use super::reconnect::{Link, Live, Reconnecting, open};
 use super::script::Script;
 
 /// A connection is suspect after this many requests without a reply...
@@ -60,11 +60,11 @@ pub(super) async fn probe(
     let _ending = EndProbe(Arc::clone(&old.health));
     let started = tokio::time::Instant::now();
     let mut answer = pin!(ping(&old.link));
-    let fresh = tokio::time::timeout(CONNECT_TIMEOUT, open(&client, scripts, moved));
+    let fresh = open(&client, scripts, moved);
     let verdict = tokio::select! {
         answered = &mut answer => Verdict::Answered(answered),
         fresh = fresh => match fresh {
-            Ok(Ok(fresh)) => {
+            Ok(fresh) => {
                 let until = (started + PROBE_WAIT).max(tokio::time::Instant::now() + PROBE_GRACE);
                 match tokio::time::timeout_at(until, &mut answer).await {
                     Ok(answered) => Verdict::Answered(answered),

@@ -317,8 +317,10 @@ impl<S: NoticeSink> Listener<S> {
     ) -> Stop {
         use std::collections::HashMap;
 
-        let Ok(Ok(mut connection)) = tokio::time::timeout(LISTENER_TIMEOUT, connecting).await
-        else {
+        // As long as making the member's own connection may take (a node that does not answer
+        // costs its own bound).
+        let limit = super::reconnect::CLUSTER_CONNECT_TIMEOUT;
+        let Ok(Ok(mut connection)) = tokio::time::timeout(limit, connecting).await else {
             return Stop::Lost { served: false };
         };
         // As for a standalone server: the snapshot taken after the commands covers them.
@@ -326,16 +328,19 @@ impl<S: NoticeSink> Listener<S> {
         let Some(names) = self.sink.upgrade().map(|sink| sink.names()) else {
             return Stop::SinkGone;
         };
-        let mut channels: HashMap<String, Arc<str>> = HashMap::new();
-        for name in names {
-            let Some(channel) = sharded_channel(&name) else {
-                continue;
-            };
-            if let Err(stop) = ssubscribe(&mut connection, &channel).await {
-                return stop;
-            }
-            channels.insert(channel, name);
+        let channels: HashMap<String, Arc<str>> = names
+            .into_iter()
+            .filter_map(|name| Some((sharded_channel(&name)?, name)))
+            .collect();
+        // Each channel on the master of its slot, all at once.
+        let subscribed = futures::future::join_all(channels.keys().map(|channel| {
+            let mut connection = connection.clone();
+            async move { ssubscribe(&mut connection, channel).await }
+        }));
+        if let Some(Err(stop)) = subscribed.await.into_iter().find(Result::is_err) {
+            return stop;
         }
+        let mut channels = channels;
         for confirm in confirmations {
             let _ = confirm.send(());
         }

@@ -59,9 +59,16 @@ use super::version::{
 use crate::error::NodeErrorKind;
 
 /// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
-/// CLIENT SETINFO), our PING and the question of the node's version. Calls never wait this long (their node timeout bounds them); it
-/// only decides when an attempt that hangs is given up, so that a later call can start another.
+/// CLIENT SETINFO), our PING and the question of the node's version. Calls never wait this long
+/// (their node timeout bounds them); it only decides when an attempt that hangs is given up, so
+/// that a later call can start another.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The same bound on making a connection to a whole cluster: the seed node's, the cluster's map
+/// of slots, a connection to each of its nodes (each bounded by [`CONNECT_TIMEOUT`], all at
+/// once), its masters' versions and the scripts. A node that does not answer (a host gone, not
+/// yet failed over) costs its own bound, not the cluster's.
+pub(crate) const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Pause after a failed attempt to connect before the next one, doubled after each failure.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -178,6 +185,8 @@ impl Reconnecting {
     }
 
     /// What kind of member the latest connection reached; a standalone server until one was made.
+    // Requests read it to pick their form; in this layer only the cluster listener does.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn member(&self) -> Member {
         if self.cluster.load(Ordering::Relaxed) {
             Member::Cluster
@@ -262,20 +271,7 @@ impl Reconnecting {
                 .await
                 .map(Value::Array),
             #[cfg(feature = "cluster")]
-            (Link::Cluster(connection), Packed::One(cmd)) => {
-                redis::aio::ConnectionLike::req_packed_command(connection, cmd).await
-            }
-            #[cfg(feature = "cluster")]
-            (Link::Cluster(connection), Packed::Pipeline(pipeline)) => {
-                redis::aio::ConnectionLike::req_packed_commands(
-                    connection,
-                    pipeline,
-                    0,
-                    pipeline.len(),
-                )
-                .await
-                .map(Value::Array)
-            }
+            (Link::Cluster(connection), packed) => cluster_send(connection, packed).await,
         };
         match &reply {
             Err(failed) if failed.is_unrecoverable_error() => self.lost(&live, failed),
@@ -336,11 +332,7 @@ impl Reconnecting {
         let (client, scripts) = (self.client.clone(), self.scripts);
         let moved = self.moved.load(Ordering::Relaxed);
         runtime.spawn(async move {
-            let opened = open(&client, scripts, moved);
-            let outcome = match tokio::time::timeout(CONNECT_TIMEOUT, opened).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(timed_out(CONNECT_TIMEOUT)),
-            };
+            let outcome = open(&client, scripts, moved).await;
             attempt.settle(&outcome, backoff);
             let _ = report.send(outcome);
         });
@@ -467,8 +459,9 @@ impl Drop for Attempt {
 /// (`INFO server`; a second round trip asks a script where `INFO` is refused, see `version`) and
 /// whether it runs Redis Cluster (`INFO cluster`), and loads the scripts. A cluster node's
 /// connection is then made again as the whole cluster's (see `cluster`), as is one after a
-/// `MOVED` reply (`moved`). No timeouts of the driver's own: the node timeout of each call is the
-/// only bound (see [`NodeConnection`](crate::NodeConnection)).
+/// `MOVED` reply (`moved`). Bounded by [`CONNECT_TIMEOUT`], and [`CLUSTER_CONNECT_TIMEOUT`] for a
+/// cluster. No timeouts of the driver's own on calls: the node timeout of each call is the only
+/// bound (see [`NodeConnection`](crate::NodeConnection)).
 pub(super) async fn open(
     client: &MemberClient,
     scripts: &[Script],
@@ -477,11 +470,39 @@ pub(super) async fn open(
     let client = match client {
         MemberClient::Node(client) => client,
         #[cfg(feature = "cluster")]
-        MemberClient::Cluster(cluster) => return super::cluster::open(cluster, scripts).await,
+        MemberClient::Cluster(cluster) => {
+            let opened = super::cluster::open(cluster, scripts);
+            return bounded(CLUSTER_CONNECT_TIMEOUT, opened).await;
+        }
     };
-    if moved {
-        return open_cluster_of(client, scripts).await;
+    if !moved {
+        match bounded(CONNECT_TIMEOUT, open_node(client, scripts)).await? {
+            Opened::Node(live) => return Ok(live),
+            Opened::Cluster => {}
+        }
     }
+    bounded(CLUSTER_CONNECT_TIMEOUT, open_cluster_of(client, scripts)).await
+}
+
+/// `attempt`'s outcome, or a timeout's error after `limit`.
+async fn bounded<T>(
+    limit: Duration,
+    attempt: impl Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::time::timeout(limit, attempt)
+        .await
+        .unwrap_or_else(|_| Err(timed_out(limit)))
+}
+
+/// What a connection to a node found.
+enum Opened {
+    Node(Live),
+    /// The node runs Redis Cluster: the connection is to be made as the cluster's.
+    Cluster,
+}
+
+/// The connection to a node as a standalone server, unless it runs Redis Cluster.
+async fn open_node(client: &Client, scripts: &[Script]) -> RedisResult<Opened> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(None)
         .set_response_timeout(None);
@@ -508,15 +529,14 @@ pub(super) async fn open(
     );
     check_pong(pong?)?;
     if cluster_enabled(&cluster?) {
-        drop(connection);
-        return open_cluster_of(client, scripts).await;
+        return Ok(Opened::Cluster);
     }
     let version = match ServerVersion::from_info_reply(info?)? {
         Some(version) => version,
         None => ServerVersion::from_script_reply(send(&script_version()).await?)?,
     };
     tracing::debug!(node = %address_of(client), %version, "node version");
-    Ok(Live::new(Link::Node(connection), version))
+    Ok(Opened::Node(Live::new(Link::Node(connection), version)))
 }
 
 /// The connection to the whole cluster that `client`'s node belongs to; without the `cluster`
@@ -531,6 +551,27 @@ async fn open_cluster_of(client: &Client, scripts: &[Script]) -> RedisResult<Liv
     {
         let _ = (client, scripts);
         Err(cluster_node_error())
+    }
+}
+
+/// Sends on a cluster connection: one boxed future whichever `packed` is (the crate boxes its
+/// calls anyway), so that the cluster adds one small state to the future of every call, a
+/// standalone member's too.
+#[cfg(feature = "cluster")]
+#[inline(never)]
+fn cluster_send<'a>(
+    connection: &'a mut redis::cluster_async::ClusterConnection,
+    packed: Packed<'a>,
+) -> redis::RedisFuture<'a, Value> {
+    use redis::aio::ConnectionLike;
+    match packed {
+        Packed::One(cmd) => connection.req_packed_command(cmd),
+        Packed::Pipeline(pipeline) => Box::pin(async move {
+            connection
+                .req_packed_commands(pipeline, 0, pipeline.len())
+                .await
+                .map(Value::Array)
+        }),
     }
 }
 

@@ -2,12 +2,20 @@
 //! `ClusterClient`, beside standalone members, through resharding, failover and a whole cluster
 //! lost. Fencing, readers, semaphores, fair waiting and wake-on-release by the library's own
 //! notices need the cluster key layout (tests of their own).
+//!
+//! These run with the `cluster` feature (on by default). Without it (`cargo test --test suite
+//! --no-default-features cluster_member::`), the one test left checks that a cluster member is
+//! refused with an error that names the feature.
+#![cfg_attr(not(feature = "cluster"), allow(unused_imports, dead_code))]
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
+#[cfg(feature = "cluster")]
 use redis::cluster::ClusterClient;
+#[cfg(not(feature = "cluster"))]
+use redmutex::NodeErrorKind;
 use redmutex::{CheckKind, CheckStatus, Error, MemberClient, Mutex, Redlock};
 use testenv::{Cluster, RedisCluster, key_slot};
 
@@ -24,9 +32,33 @@ fn patient(redlock: &Redlock, name: &str) -> Mutex {
         .with_tries(3)
 }
 
+/// Without the `cluster` feature a cluster node is refused, naming the feature, before anything
+/// is sent: never a `MOVED` loop.
+#[cfg(not(feature = "cluster"))]
+#[tokio::test]
+async fn without_the_feature_a_cluster_member_is_refused_naming_it() {
+    let cluster = RedisCluster::start(3, 0);
+    let redlock = Redlock::connect([cluster.seed_url()]).await.expect("a URL");
+    let error = patient(&redlock, "cluster-member:no-feature")
+        .with_tries(1_000)
+        .lock()
+        .await
+        .expect_err("a cluster member needs the feature");
+    let Error::NoQuorum { failures, .. } = &error else {
+        panic!("{error}");
+    };
+    assert!(
+        matches!(failures[0].kind, NodeErrorKind::ClusterFeatureOff),
+        "{error}"
+    );
+    assert!(error.to_string().contains("`cluster` feature"), "{error}");
+    assert_eq!(cluster.dbsize(), 0, "nothing was sent");
+}
+
 /// The first symptom: with one node's URL, every name whose slot another master serves
 /// failed with `Moved: ...`. Now the cluster is one member, and names on every shard lock,
 /// extend and unlock, leaving no key behind.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_node_stands_for_the_whole_cluster() {
     let cluster = RedisCluster::start(3, 0);
@@ -60,6 +92,7 @@ async fn any_node_stands_for_the_whole_cluster() {
 }
 
 /// A cluster client the caller built is a member too, beside standalone nodes' clients.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callers_cluster_client_is_one_member() {
     let standalone = Cluster::start(2);
@@ -100,6 +133,7 @@ async fn a_callers_cluster_client_is_one_member() {
 
 /// Two standalone servers and one cluster: 16 tasks on 4 clients make 25 non-atomic increments
 /// each under one name; a lost update would show as a count below 400.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_deployment_keeps_increments_exact() {
     let standalone = Cluster::start(2);
@@ -145,6 +179,7 @@ async fn a_mixed_deployment_keeps_increments_exact() {
 
 /// Three clusters, three members: one whole cluster lost still leaves a quorum; two lost is
 /// `NoQuorum`, well within a bound, naming both.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_clusters_are_lost_as_members() {
     let clusters: Vec<RedisCluster> = (0..3).map(|_| RedisCluster::start(3, 0)).collect();
@@ -189,6 +224,7 @@ async fn whole_clusters_are_lost_as_members() {
 
 /// `CLUSTER FAILOVER` to the replica of a held lock's master: the cluster client follows, and
 /// the lock is extended and unlocked on the new master within seconds.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_is_followed() {
     let cluster = RedisCluster::start(3, 1);
@@ -217,6 +253,7 @@ async fn a_failover_is_followed() {
 
 /// A held lock's slot migrated to another master: extended and unlocked there, and the name
 /// locked again on its new owner.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migrated_slot_is_followed() {
     let cluster = RedisCluster::start(3, 0);
@@ -245,6 +282,7 @@ async fn a_migrated_slot_is_followed() {
 /// master of its slot, and again on the new master after the slot moved: a waiter hears a
 /// notice published there long before its retry delay. (The library's own release scripts
 /// publish on a cluster with the cluster key layout; here the notice is published by hand.)
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_listener_hears_sharded_notices_through_a_resharding() {
     let cluster = RedisCluster::start(3, 0);
@@ -299,6 +337,7 @@ async fn the_listener_hears_sharded_notices_through_a_resharding() {
 /// `redmutex doctor`'s checks on a healthy cluster member pass, run on every master (a
 /// master that may evict lock keys fails the member, named), and two URLs of one cluster fail
 /// as not independent.
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_run_on_every_master_and_find_a_cluster_listed_twice() {
     let cluster = RedisCluster::start(3, 0);
@@ -381,6 +420,7 @@ async fn checks_run_on_every_master_and_find_a_cluster_listed_twice() {
 
 /// Neither the client's `Debug`, nor its traces, nor its errors show a cluster member's
 /// password (the cluster client's connection info holds it).
+#[cfg(feature = "cluster")]
 #[tokio::test]
 async fn a_cluster_members_password_is_never_shown() {
     let cluster = RedisCluster::start(3, 0);

@@ -54,8 +54,11 @@ pub(super) fn independent(
     endpoints: &[Option<Endpoint>],
 ) -> Verdict {
     if field(info, "cluster_enabled") == Some("1") {
+        // redmutex's own connections reach a cluster node's whole cluster (judged apart): this
+        // is a connection the caller built to one node.
         return fail(
-            "a Redis Cluster node: its keyspace is shared, it is not an independent vote"
+            "a Redis Cluster node reached by a standalone connection: it sees the keys of its \
+             own slots only (give its URL, a ClusterClient or a ClusterConnection instead)"
                 .to_owned(),
         );
     }
