@@ -215,6 +215,15 @@ pub enum NodeErrorKind {
          cannot span: give them one hash tag, as in `{{order:42}}:items` and `{{order:42}}:payment`"
     )]
     CrossSlot,
+    /// The node runs Redis Cluster, and redmutex was built without its `cluster` feature, which
+    /// talks to a whole cluster as one member: nothing is sent to it (a
+    /// [`refusal`](Self::is_refusal)), since a connection to one node of a cluster reaches only
+    /// the keys of that node's slots.
+    #[error(
+        "a Redis Cluster node: a cluster member needs redmutex's `cluster` feature \
+         (on by default; turned off here)"
+    )]
+    ClusterFeatureOff,
 }
 
 impl NodeErrorKind {
@@ -224,8 +233,9 @@ impl NodeErrorKind {
     /// (`WRONGPASS`, or a failed `AUTH` while connecting), a script's user may not run a command,
     /// key or channel of the script, the command is unknown there (disabled or renamed, e.g.
     /// scripting turned off), the node's Redis is too old for the primitive
-    /// ([`TooOld`](Self::TooOld)), or the names of a multi-name lock span slots of a cluster
-    /// ([`CrossSlot`](Self::CrossSlot)).
+    /// ([`TooOld`](Self::TooOld)), the names of a multi-name lock span slots of a cluster
+    /// ([`CrossSlot`](Self::CrossSlot)), or it runs Redis Cluster in a build without the
+    /// `cluster` feature ([`ClusterFeatureOff`](Self::ClusterFeatureOff)).
     ///
     /// `lock()` stops retrying when such refusals alone leave too few nodes for a quorum, and
     /// returns [`Error::NoQuorum`] with them at once. The connection to a node that refused its
@@ -243,7 +253,9 @@ impl NodeErrorKind {
     pub fn is_refusal(&self) -> bool {
         let error = match self {
             NodeErrorKind::Redis(error) => error,
-            NodeErrorKind::TooOld { .. } | NodeErrorKind::CrossSlot => return true,
+            NodeErrorKind::TooOld { .. }
+            | NodeErrorKind::CrossSlot
+            | NodeErrorKind::ClusterFeatureOff => return true,
             _ => return false,
         };
         if error.kind() == redis::ErrorKind::AuthenticationFailed {

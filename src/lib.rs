@@ -18,6 +18,7 @@ mod waiting;
 
 pub use error::{Error, NodeError, NodeErrorKind};
 pub use nodes::connection::NodeConnection;
+pub use nodes::member::MemberClient;
 pub use ops::checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
 pub use ops::inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
 pub use primitives::fenced::fenced_set;

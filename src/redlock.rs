@@ -1,14 +1,16 @@
-//! The client: N independent Redis nodes, one shared connection each.
+//! The client: N independent members (standalone Redis servers or whole Redis Clusters), one
+//! shared connection each.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
+use crate::nodes::member::MemberClient;
 use crate::nodes::redact::redact_url;
 use crate::nodes::script::{self, Script};
-use crate::nodes::{Node, address_of};
 use crate::ops;
 use crate::ops::checks::Checkup;
 use crate::primitives;
@@ -33,14 +35,15 @@ pub(crate) static SCRIPTS: [Script; SCRIPT_COUNT] = script::concat(SCRIPT_LISTS)
 /// How long the background connection warm-up waits for a node.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A client over N independent Redis masters.
+/// A client over N independent members: standalone Redis masters, or whole Redis Clusters.
 ///
-/// Holds one multiplexed connection per node, shared by every [`Mutex`] and [`Lock`](crate::Lock)
-/// made from it, and re-made after any failure: create one `Redlock` per process and clone it
-/// freely (a clone is an `Arc` increment).
+/// Holds one multiplexed connection per member (for a cluster, the redis crate's cluster client),
+/// shared by every [`Mutex`] and [`Lock`](crate::Lock) made from it, and re-made after any
+/// failure: create one `Redlock` per process and clone it freely (a clone is an `Arc` increment).
 ///
-/// The nodes must be independent masters: no replication between them, not a Redis Cluster (whose
-/// nodes share a keyspace, so one failover can hand the lock to two owners).
+/// The members must be independent: no replication between them, and no two of them in one
+/// cluster. A Redis Cluster is one member, however many masters it has (its nodes share one
+/// keyspace): give any one of its nodes' URLs (with the `cluster` feature, on by default).
 ///
 /// # Examples
 ///
@@ -67,7 +70,11 @@ pub struct Redlock {
 
 impl Redlock {
     /// Connects to every node URL: `redis://[[user]:password@]host:port[/db]`, `valkey://` alike,
-    /// or `rediss://` / `valkeys://` for TLS with the `tls` feature.
+    /// or `rediss://` / `valkeys://` for TLS with the `tls` feature. A URL of any node of a Redis
+    /// Cluster (such as a managed service's configuration endpoint) stands for the whole cluster,
+    /// one member, with the `cluster` feature (on by default): redmutex finds out when it
+    /// connects (see [`MemberClient`]). Without the feature, such a member answers every call
+    /// with [`NodeErrorKind::ClusterFeatureOff`](crate::NodeErrorKind::ClusterFeatureOff).
     ///
     /// A thin layer over [`from_clients`](Redlock::from_clients): each URL becomes a
     /// `redis::Client`, with the same behaviour. Connections are made lazily and re-made after
@@ -94,6 +101,25 @@ impl Redlock {
     /// assert!(!error.to_string().contains("hunter2"));
     /// # }
     /// ```
+    ///
+    /// Two standalone servers and a Redis Cluster, given by one of its nodes: three members.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let servers = testenv::Cluster::start(2);
+    /// # let cluster = testenv::RedisCluster::start(3, 0);
+    /// # let urls = [servers.urls()[0].clone(), servers.urls()[1].clone(), cluster.seed_url()];
+    /// use redmutex::Redlock;
+    ///
+    /// // e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://config-endpoint:6379"]
+    /// let redlock = Redlock::connect(urls).await?;
+    /// assert_eq!((redlock.len(), redlock.quorum()), (3, 2));
+    /// let lock = redlock.new_mutex("invoice:2026-12").lock().await?;
+    /// lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect<I>(urls: I) -> Result<Redlock, Error>
     where
         I: IntoIterator,
@@ -104,23 +130,27 @@ impl Redlock {
             let url = url.as_ref();
             let address = redact_url(url);
             let client = redis::Client::open(url).map_err(|_| url_error(index, url, &address))?;
-            clients.push((client, address));
+            clients.push((MemberClient::Node(client), Some(address)));
         }
         Redlock::with_clients(clients)
     }
 
-    /// Builds a client over nodes reached through `clients`, one per node, in order: for
+    /// Builds a client over members reached through `clients`, one per member, in order: for
     /// connections [`connect`](Redlock::connect) cannot describe with a URL, such as TLS with a
     /// private CA or a client certificate (`redis::Client::build_with_tls`, with the `tls`
-    /// feature), or credentials that must not sit in a URL.
+    /// feature), or credentials that must not sit in a URL. Each is a `redis::Client` of one node
+    /// (a standalone server, or any node of a Redis Cluster, which stands for its cluster as with
+    /// `connect`) or, with the `cluster` feature, a `redis::cluster::ClusterClient`: see
+    /// [`MemberClient`], which also says what to build a cluster client with.
     ///
     /// Everything works as with `connect`: one connection per node, made on first use, re-made
     /// after any failure (including a refused set-up: wrong credentials, `maxclients` reached) and
     /// replaced when it goes half-open; the redis crate's own response and connect timeouts are
     /// not used, since redmutex bounds every call by the mutex's node timeout; the scripts are
     /// loaded on each new connection; and mutexes with wake-up on release open one pub/sub
-    /// connection per node through the same clients. Called within a tokio runtime, it starts
-    /// connecting in the background; outside one, connections open on first use.
+    /// connection per member through the same clients (for a cluster, one RESP3 cluster
+    /// connection for sharded pub/sub). Called within a tokio runtime, it starts connecting in
+    /// the background; outside one, connections open on first use.
     ///
     /// # Errors
     ///
@@ -149,12 +179,15 @@ impl Redlock {
     /// ```
     pub async fn from_clients<I>(clients: I) -> Result<Redlock, Error>
     where
-        I: IntoIterator<Item = redis::Client>,
+        I: IntoIterator,
+        I::Item: Into<MemberClient>,
     {
         let clients = clients
             .into_iter()
             .map(|client| {
-                let address = address_of(&client);
+                let client = client.into();
+                // A cluster client does not tell its seed nodes: its rows show no address.
+                let address = (!client.is_cluster()).then(|| client.address());
                 (client, address)
             })
             .collect();
@@ -162,18 +195,18 @@ impl Redlock {
     }
 
     /// The client over `clients`, each with its password-free address for messages.
-    fn with_clients(clients: Vec<(redis::Client, String)>) -> Result<Redlock, Error> {
+    fn with_clients(clients: Vec<(MemberClient, Option<String>)>) -> Result<Redlock, Error> {
         #[cfg(feature = "tls")]
         crate::nodes::tls::install_crypto_provider();
-        let nodes = clients
-            .iter()
+        let nodes: Vec<Node> = clients
+            .into_iter()
             .map(|(client, address)| Node {
-                connection: NodeConnection::reconnecting(client.clone(), &SCRIPTS),
-                address: Some(address.clone()),
+                connection: NodeConnection::reconnecting(client, &SCRIPTS),
+                address,
             })
             .collect();
-        let clients = clients.into_iter().map(|(client, _)| client).collect();
-        let redlock = Redlock::from_nodes(nodes, clients)?;
+        let listened = nodes.iter().map(|node| node.connection.clone()).collect();
+        let redlock = Redlock::from_nodes(nodes, listened)?;
         redlock.warm_up();
         Ok(redlock)
     }
@@ -235,13 +268,15 @@ impl Redlock {
         Ok(redlock)
     }
 
-    fn from_nodes(nodes: Vec<Node>, clients: Vec<redis::Client>) -> Result<Redlock, Error> {
+    /// The client over `nodes`; `listened` are the connections whose clients the release
+    /// listeners connect through (none for connections the caller built).
+    fn from_nodes(nodes: Vec<Node>, listened: Vec<NodeConnection>) -> Result<Redlock, Error> {
         if nodes.is_empty() {
             return Err(Error::config("nodes", "at least one node is required"));
         }
         Ok(Redlock {
             nodes: nodes.into(),
-            listeners: Arc::new(Listeners::new(clients)),
+            listeners: Arc::new(Listeners::new(listened)),
         })
     }
 
@@ -400,7 +435,7 @@ impl Redlock {
         RwLock::new(nodes, listeners, name.into().into())
     }
 
-    /// The number of nodes.
+    /// The number of members: standalone servers, and Redis Clusters counted once each.
     ///
     /// # Examples
     ///

@@ -6,27 +6,32 @@ use std::sync::{Arc, OnceLock};
 use futures::FutureExt;
 use futures::future::Either;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, RedisFuture, RedisResult, Value};
 
 use super::Member;
+use super::member::MemberClient;
 pub(crate) use super::reconnect::Packed;
-use super::reconnect::Reconnecting;
+use super::reconnect::{Reconnecting, node_error};
 use super::script::Script;
 use super::version::{Needs, ServerVersion, info_server, script_version};
 use crate::error::NodeErrorKind;
 
-/// A connection to one node, shared by every mutex and lock of a [`Redlock`](crate::Redlock).
+/// A connection to one member of the quorum, shared by every mutex and lock of a
+/// [`Redlock`](crate::Redlock).
 ///
 /// [`Redlock::connect`](crate::Redlock::connect) and
 /// [`Redlock::from_clients`](crate::Redlock::from_clients) make redmutex's own connections, which
 /// come back by themselves after any failure and also serve wake-up on release: prefer those. This
 /// type is for [`Redlock::new`](crate::Redlock::new), with connections the caller made: the redis
 /// crate's [`ConnectionManager`] (reconnects after I/O errors, but never after a failed set-up
-/// and never on a half-open connection) or a plain [`MultiplexedConnection`] (never reconnects).
-/// Either way redmutex bounds every call by its own per-node timeout, so build them **without**
-/// response and connect timeouts of their own (`set_response_timeout(None)` and
-/// `set_connection_timeout(None)` on `ConnectionManagerConfig` or `AsyncConnectionConfig`): the
-/// redis crate's defaults (500 ms, 1 s) would cut node calls short.
+/// and never on a half-open connection) or a plain [`MultiplexedConnection`] (never reconnects) to
+/// one standalone server, or, with the `cluster` feature, a
+/// [`ClusterConnection`](redis::cluster_async::ClusterConnection) to a whole Redis Cluster (made by
+/// a `ClusterClient`; it follows the cluster's topology itself). Either way redmutex bounds every
+/// call by its own per-node timeout, so build them **without** response and connect timeouts of
+/// their own (`set_response_timeout(None)` and `set_connection_timeout(None)` on
+/// `ConnectionManagerConfig` or `AsyncConnectionConfig`; no `response_timeout` on a
+/// `ClusterClientBuilder`): the redis crate's defaults (500 ms, 1 s) would cut node calls short.
 ///
 /// redmutex asks each node its version (`INFO server`) when it makes a connection, and refuses a
 /// primitive on a node too old for it ([`NodeErrorKind::TooOld`]). A connection built by the
@@ -56,6 +61,25 @@ use crate::error::NodeErrorKind;
 /// # Ok(())
 /// # }
 /// ```
+///
+/// A whole Redis Cluster as one member, through a connection of the redis crate's cluster client:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let cluster = testenv::RedisCluster::start(3, 0);
+/// use redis::cluster::ClusterClient;
+/// use redmutex::{NodeConnection, Redlock};
+///
+/// let client = ClusterClient::new(cluster.urls())?; // no response timeout by default
+/// let connection = client.get_async_connection().await?;
+/// let redlock = Redlock::new([NodeConnection::from(connection)])?;
+/// assert_eq!(redlock.len(), 1);
+/// let lock = redlock.new_mutex("doc:cluster-connection").lock().await?;
+/// lock.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct NodeConnection(Inner);
 
@@ -74,7 +98,13 @@ enum Connection {
     /// The caller's, with the node's version once learned (on first use).
     Manager(ConnectionManager, Learned),
     Multiplexed(MultiplexedConnection, Learned),
+    /// The caller's connection to a whole Redis Cluster, with the version of its oldest master.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection, Learned),
 }
+
+/// The future of a call on a caller's cluster connection.
+type Boxed<'a> = futures::future::BoxFuture<'a, Result<Value, NodeErrorKind>>;
 
 /// A node's version, as a connection the caller built learned it, shared by its clones.
 type Learned = Arc<OnceLock<ServerVersion>>;
@@ -91,6 +121,13 @@ impl From<MultiplexedConnection> for NodeConnection {
     }
 }
 
+#[cfg(feature = "cluster")]
+impl From<redis::cluster_async::ClusterConnection> for NodeConnection {
+    fn from(connection: redis::cluster_async::ClusterConnection) -> Self {
+        NodeConnection::caller_built(Connection::Cluster(connection, Learned::default()))
+    }
+}
+
 impl fmt::Debug for NodeConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The redis crate's own Debug output may include connection details; show the kind only.
@@ -98,6 +135,8 @@ impl fmt::Debug for NodeConnection {
             Connection::Own(_) => f.write_str("NodeConnection(reconnecting)"),
             Connection::Manager(..) => f.write_str("NodeConnection(ConnectionManager)"),
             Connection::Multiplexed(..) => f.write_str("NodeConnection(MultiplexedConnection)"),
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(..) => f.write_str("NodeConnection(ClusterConnection)"),
         }
     }
 }
@@ -105,10 +144,7 @@ impl fmt::Debug for NodeConnection {
 impl NodeConnection {
     /// redmutex's own connection through `client`, made on first use (see `reconnect`), which
     /// loads `scripts` into the node's cache each time it connects.
-    pub(crate) fn reconnecting(
-        client: redis::Client,
-        scripts: &'static [Script],
-    ) -> NodeConnection {
+    pub(crate) fn reconnecting(client: MemberClient, scripts: &'static [Script]) -> NodeConnection {
         NodeConnection(Inner {
             connection: Connection::Own(Arc::new(Reconnecting::new(client, scripts))),
             scripts,
@@ -131,14 +167,48 @@ impl NodeConnection {
     }
 
     /// What kind of member this connection reaches, as far as it knows: a connection that has
-    /// not yet learned it counts as a standalone server.
+    /// not yet learned it counts as a standalone server. redmutex's own connection learns it when
+    /// it is made (a request built before that, sent on a cluster, goes out in the standalone
+    /// form: it costs at most a notice nobody hears); a caller's connection is what its type
+    /// says.
+    // Requests read it to pick their form; in this layer only the cluster listener does.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn member(&self) -> Member {
-        Member::Standalone
+        match &self.0.connection {
+            Connection::Own(c) => c.member(),
+            Connection::Manager(..) | Connection::Multiplexed(..) => Member::Standalone,
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(..) => Member::Cluster,
+        }
+    }
+
+    /// What redmutex's own connection connects through; `None` for the caller's connections.
+    pub(crate) fn client(&self) -> Option<&MemberClient> {
+        match &self.0.connection {
+            Connection::Own(c) => Some(c.client()),
+            _ => None,
+        }
+    }
+
+    /// The connection to the whole cluster, for a cluster member (connecting first if needed);
+    /// `None` for a standalone one.
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn cluster(
+        &mut self,
+    ) -> Result<Option<redis::cluster_async::ClusterConnection>, NodeErrorKind> {
+        match &self.0.connection {
+            Connection::Own(c) => c.cluster().await.map_err(node_error),
+            Connection::Cluster(c, _) => Ok(Some(c.clone())),
+            Connection::Manager(..) | Connection::Multiplexed(..) => Ok(None),
+        }
     }
 
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
     /// future costs a copy of it and a state machine on every node call. Errors the node replied
     /// with come back as [`Value::ServerError`].
+    // Inlined, so that the large future it returns is built where its caller keeps it rather
+    // than copied there: the cluster's arms made it big enough for the compiler to stop that.
+    #[inline(always)]
     pub(crate) fn send<'a>(
         &'a mut self,
         cmd: &'a Cmd,
@@ -146,10 +216,17 @@ impl NodeConnection {
         let scripts = self.0.scripts;
         let sent = match &mut self.0.connection {
             Connection::Own(c) => Either::Left(c.send(cmd)),
-            Connection::Manager(c, _) => Either::Right(Either::Left(c.send_packed_command(cmd))),
+            // The cluster's future named, for builds without the feature.
+            Connection::Manager(c, _) => Either::Right(Either::<_, RedisFuture<'a, Value>>::Left(
+                Either::Left(c.send_packed_command(cmd)),
+            )),
             Connection::Multiplexed(c, _) => {
-                Either::Right(Either::Right(c.send_packed_command(cmd)))
+                Either::Right(Either::<_, RedisFuture<'a, Value>>::Left(Either::Right(
+                    c.send_packed_command(cmd),
+                )))
             }
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(c, _) => Either::Right(Either::Right(c.req_packed_command(cmd))),
         };
         sent.map(move |reply| reply.map(|reply| name_script_command(reply, scripts)))
     }
@@ -159,6 +236,9 @@ impl NodeConnection {
     /// then nothing is sent, and the answer is [`NodeErrorKind::TooOld`]. Errors the node replied
     /// with come back as [`Value::ServerError`]. Not an `async fn`, for the reason given at
     /// [`send`](Self::send).
+    // Inlined, so that the large future it returns is built where its caller keeps it rather
+    // than copied there: the cluster's arms made it big enough for the compiler to stop that.
+    #[inline(always)]
     pub(crate) fn send_for<'a>(
         &'a mut self,
         needs: &'static Needs,
@@ -167,12 +247,17 @@ impl NodeConnection {
         let scripts = self.0.scripts;
         let sent = match &mut self.0.connection {
             Connection::Own(c) => Either::Left(c.send_for(needs, packed)),
-            Connection::Manager(c, learned) => {
-                Either::Right(Either::Left(send_learning(c, learned, needs, packed)))
-            }
-            Connection::Multiplexed(c, learned) => {
-                Either::Right(Either::Right(send_learning(c, learned, needs, packed)))
-            }
+            Connection::Manager(c, learned) => Either::Right(Either::<_, Boxed<'a>>::Left(
+                Either::Left(send_learning(c, learned, needs, packed)),
+            )),
+            Connection::Multiplexed(c, learned) => Either::Right(Either::<_, Boxed<'a>>::Left(
+                Either::Right(send_learning(c, learned, needs, packed)),
+            )),
+            // Boxed, as the cluster client boxes each of its calls anyway.
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(c, learned) => Either::Right(Either::Right(
+                send_learning(c, learned, needs, packed).boxed(),
+            )),
         };
         sent.map(move |reply| reply.map(|reply| name_script_command(reply, scripts)))
     }
@@ -182,9 +267,11 @@ impl NodeConnection {
     /// needed); for the caller's, what was learned on first use, or now.
     pub(crate) async fn version(&mut self) -> Result<ServerVersion, NodeErrorKind> {
         match &mut self.0.connection {
-            Connection::Own(c) => c.version().await.map_err(NodeErrorKind::Redis),
+            Connection::Own(c) => c.version().await.map_err(node_error),
             Connection::Manager(c, learned) => learn(c, learned).await,
             Connection::Multiplexed(c, learned) => learn(c, learned).await,
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(c, learned) => learn(c, learned).await,
         }
     }
 
@@ -210,7 +297,7 @@ impl NodeConnection {
 
 /// Sends `packed` on a connection the caller built, once the node's version is known and is what
 /// the primitive `needs`.
-async fn send_learning<C: ConnectionLike + Send>(
+async fn send_learning<C: AskVersion>(
     connection: &mut C,
     learned: &OnceLock<ServerVersion>,
     needs: &Needs,
@@ -229,25 +316,54 @@ async fn send_learning<C: ConnectionLike + Send>(
 
 /// The version `learned` holds, or else asks the node (and keeps the answer, unless the node
 /// could not give one: then the next call asks again).
-async fn learn<C: ConnectionLike + Send>(
+async fn learn<C: AskVersion>(
     connection: &mut C,
     learned: &OnceLock<ServerVersion>,
 ) -> Result<ServerVersion, NodeErrorKind> {
     if let Some(version) = learned.get() {
         return Ok(*version);
     }
-    let ask = async {
-        let info = connection.req_packed_command(&info_server()).await?;
-        match ServerVersion::from_info_reply(info)? {
-            Some(version) => Ok(version),
-            None => {
-                let reply = connection.req_packed_command(&script_version()).await?;
-                ServerVersion::from_script_reply(reply)
-            }
-        }
-    };
-    let version: ServerVersion = ask.await.map_err(NodeErrorKind::Redis)?;
+    let version = connection
+        .ask_version()
+        .await
+        .map_err(NodeErrorKind::Redis)?;
     Ok(*learned.get_or_init(|| version))
+}
+
+/// A connection the caller built, which can tell the version of what it reaches.
+trait AskVersion: ConnectionLike + Send {
+    fn ask_version(&mut self) -> impl Future<Output = RedisResult<ServerVersion>> + Send;
+}
+
+/// A standalone server's version: `INFO server`, or a script where `INFO` is refused.
+async fn ask_node<C: ConnectionLike + Send>(connection: &mut C) -> RedisResult<ServerVersion> {
+    let info = connection.req_packed_command(&info_server()).await?;
+    match ServerVersion::from_info_reply(info)? {
+        Some(version) => Ok(version),
+        None => {
+            let reply = connection.req_packed_command(&script_version()).await?;
+            ServerVersion::from_script_reply(reply)
+        }
+    }
+}
+
+impl AskVersion for ConnectionManager {
+    fn ask_version(&mut self) -> impl Future<Output = RedisResult<ServerVersion>> + Send {
+        ask_node(self)
+    }
+}
+
+impl AskVersion for MultiplexedConnection {
+    fn ask_version(&mut self) -> impl Future<Output = RedisResult<ServerVersion>> + Send {
+        ask_node(self)
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl AskVersion for redis::cluster_async::ClusterConnection {
+    fn ask_version(&mut self) -> impl Future<Output = RedisResult<ServerVersion>> + Send {
+        super::cluster::version(self)
+    }
 }
 
 /// A script's error for a command its user may not run names the script (by digest) and the line,

@@ -36,9 +36,43 @@ pub(crate) fn slot_prefix(name: &str) -> Option<String> {
     }
 }
 
+/// The slot of `key` in a Redis Cluster: CRC16 (XMODEM) of its hash tag, or of the whole key
+/// without one, modulo 16384. The operator's checks use it to put a scratch key on each master.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+pub(crate) fn key_slot(key: &str) -> u16 {
+    let hashed = hash_tag(key).unwrap_or(key);
+    let mut crc: u16 = 0;
+    for byte in hashed.bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_those_redis_computes() {
+        // CRC16/XMODEM's check value, and slots from Redis's cluster specification.
+        assert_eq!(key_slot("123456789"), 0x31C3);
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(
+            key_slot("{user1000}.following"),
+            key_slot("{user1000}.followers")
+        );
+        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
+        for key in ["order:42", "{user:1}:cart", "a{}b", "é"] {
+            assert_eq!(key_slot(key), testenv::key_slot(key), "{key}");
+        }
+    }
 
     #[test]
     fn the_tag_is_the_first_non_empty_braces() {

@@ -1,5 +1,6 @@
 //! How redmutex's own connection to a node has been answering, and the probe that tells a dead
-//! connection from a stalled node (see `reconnect` for the connection itself).
+//! connection from a stalled node (see `reconnect` for the connection itself, and for what the
+//! probe does on a cluster member).
 //!
 //! **Silence.** A half-open connection (the node's host vanished, a middlebox dropped the flow)
 //! shows no error: requests go out and nothing comes back, so every call costs its timeout until
@@ -17,9 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
-use redis::{Client, RedisResult, Value};
+use futures::future::{BoxFuture, FutureExt};
+use redis::{RedisResult, Value};
 
-use super::reconnect::{CONNECT_TIMEOUT, Live, Reconnecting, open};
+use super::member::MemberClient;
+use super::reconnect::{Link, Live, Reconnecting, open};
 use super::script::Script;
 
 /// A connection is suspect after this many requests without a reply...
@@ -44,24 +47,24 @@ enum Verdict {
     Unknown,
 }
 
-/// Tells a dead connection from a stalled node; see the module docs.
+/// Tells a dead connection from a stalled node; see the module docs. `moved` is what the
+/// connection's owner knows of redirections (see `reconnect::open`).
 pub(super) async fn probe(
     this: Weak<Reconnecting>,
-    client: Client,
+    client: MemberClient,
     scripts: &'static [Script],
+    moved: bool,
     old: Live,
 ) {
     // Ends the probe however the task ends, also when its runtime shuts down.
     let _ending = EndProbe(Arc::clone(&old.health));
     let started = tokio::time::Instant::now();
-    let ping = redis::cmd("PING");
-    let mut suspect = old.connection.clone();
-    let mut answer = pin!(suspect.send_packed_command(&ping));
-    let fresh = tokio::time::timeout(CONNECT_TIMEOUT, open(&client, scripts));
+    let mut answer = pin!(ping(&old.link));
+    let fresh = open(&client, scripts, moved);
     let verdict = tokio::select! {
         answered = &mut answer => Verdict::Answered(answered),
         fresh = fresh => match fresh {
-            Ok(Ok(fresh)) => {
+            Ok(fresh) => {
                 let until = (started + PROBE_WAIT).max(tokio::time::Instant::now() + PROBE_GRACE);
                 match tokio::time::timeout_at(until, &mut answer).await {
                     Ok(answered) => Verdict::Answered(answered),
@@ -80,6 +83,19 @@ pub(super) async fn probe(
             Verdict::Silent(fresh) => this.replace(&old, fresh),
             Verdict::Unknown => {}
         }
+    }
+}
+
+/// `PING` on a connection: to its node, or to every master of its cluster, each on the connection
+/// its requests go through, so that an answer means every request queued before it has run.
+fn ping(link: &Link) -> BoxFuture<'static, RedisResult<Value>> {
+    match link {
+        Link::Node(connection) => {
+            let mut connection = connection.clone();
+            async move { connection.send_packed_command(&redis::cmd("PING")).await }.boxed()
+        }
+        #[cfg(feature = "cluster")]
+        Link::Cluster(connection) => super::cluster::ping(connection.clone()).boxed(),
     }
 }
 

@@ -1,6 +1,17 @@
-//! The release-notice listeners: one pub/sub connection per node, whose notices go to a
+//! The release-notice listeners: one pub/sub connection per member, whose notices go to a
 //! [`NoticeSink`] (the waiting layer's hub, which also owns the listeners: see
 //! `waiting::listeners`).
+//!
+//! A standalone server's notices come by `PUBLISH` on `redmutex:released:<name>`; a Redis
+//! Cluster's come by `SPUBLISH` on [`notice_channel`], in the name's slot (a classic `PUBLISH`
+//! there would go to every node). The listener of a cluster member is one RESP3 cluster
+//! connection (the redis crate's, whose pushes come to the listener) that `SSUBSCRIBE`s each
+//! name's channel on the master of its slot, and keeps a map from channel to name. The crate
+//! subscribes again after it re-made a node's connection; a master that lost the slot (a
+//! resharding, a failover) unsubscribes the channel itself with a `sunsubscribe` push, upon which
+//! the listener subscribes again, and the crate routes it to the slot's new owner. The listener
+//! goes the way its member's connection went: a node that answered `cluster_enabled:1` is heard
+//! as its cluster.
 //!
 //! A listener re-makes its connection after any failure, including a connection that could not be
 //! set up (refused credentials, `maxclients`) and one that went half-open: a subscribed connection
@@ -16,6 +27,8 @@ use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Member;
+use super::connection::NodeConnection;
+use super::member::MemberClient;
 
 /// The pub/sub channel of a name's release notices is this prefix followed by the name (see
 /// [`notice_channel`]). The scripts that publish are given the channel.
@@ -42,19 +55,20 @@ pub(crate) trait NoticeSink: Send + Sync + 'static {
     fn sweep(&self);
 }
 
-/// Starts the listener of node `node` through `client` on `runtime`: it delivers to `sink` for as
-/// long as the sink lives, and takes its orders from `commands`.
+/// Starts the listener of member `node` through the client of `connection` (redmutex's own) on
+/// `runtime`: it delivers to `sink` for as long as the sink lives, and takes its orders from
+/// `commands`.
 pub(crate) fn spawn<S: NoticeSink>(
     runtime: &tokio::runtime::Handle,
     node: usize,
-    client: redis::Client,
+    connection: NodeConnection,
     sink: Weak<S>,
     commands: mpsc::UnboundedReceiver<Command>,
     sweep_every: Duration,
 ) {
     let listener = Listener {
         node,
-        client,
+        connection,
         sink,
         commands,
         sweep_every,
@@ -89,10 +103,11 @@ pub(crate) fn notice_channel(name: &str, member: Member) -> Option<String> {
     }
 }
 
-/// The pub/sub connection to one node, run as a task for as long as its sink lives.
+/// The pub/sub connection to one member, run as a task for as long as its sink lives.
 struct Listener<S> {
     node: usize,
-    client: redis::Client,
+    /// The member's connection: its client, and what kind of member it found.
+    connection: NodeConnection,
     sink: Weak<S>,
     commands: mpsc::UnboundedReceiver<Command>,
     sweep_every: Duration,
@@ -104,6 +119,9 @@ enum Stop {
     SinkGone,
     /// The connection was lost or could not be made; `served` if it had been working.
     Lost { served: bool },
+    /// The member cannot carry notices to this client (a caller's cluster client without
+    /// RESP3): the listener takes orders and confirms none, so its waiters poll.
+    Deaf,
 }
 
 impl<S: NoticeSink> Listener<S> {
@@ -112,6 +130,7 @@ impl<S: NoticeSink> Listener<S> {
         loop {
             match self.serve().await {
                 Stop::SinkGone => return,
+                Stop::Deaf => return self.deaf().await,
                 Stop::Lost { served } => {
                     if served {
                         pause = RECONNECT_MIN;
@@ -143,8 +162,68 @@ impl<S: NoticeSink> Listener<S> {
         confirmations
     }
 
+    /// Takes orders without ever carrying them out, until the sink is gone.
+    async fn deaf(mut self) {
+        let mut sweep = tokio::time::interval(self.sweep_every);
+        loop {
+            tokio::select! {
+                command = self.commands.recv() => {
+                    if command.is_none() {
+                        return;
+                    }
+                }
+                _ = sweep.tick() => {
+                    let Some(sink) = self.sink.upgrade() else {
+                        return;
+                    };
+                    sink.sweep();
+                }
+            }
+        }
+    }
+
+    /// Serves the member's notices until the connection is lost: as a standalone server's, or as
+    /// a cluster's when the member's connection found one.
     async fn serve(&mut self) -> Stop {
-        let connected = tokio::time::timeout(LISTENER_TIMEOUT, self.client.get_async_pubsub());
+        let Some(client) = self.connection.client().cloned() else {
+            // Listeners are started for redmutex's own connections only.
+            return Stop::Deaf;
+        };
+        match client {
+            MemberClient::Node(client) => {
+                #[cfg(feature = "cluster")]
+                if self.reaches_cluster().await {
+                    let (pushes, heard) = mpsc::unbounded_channel();
+                    let connecting = async {
+                        super::cluster::listening_client_of(&client, pushes)?
+                            .get_async_connection_with_config(super::cluster::config())
+                            .await
+                    };
+                    return self.serve_cluster(connecting, heard).await;
+                }
+                self.serve_node(&client).await
+            }
+            #[cfg(feature = "cluster")]
+            MemberClient::Cluster(client) => {
+                let (pushes, heard) = mpsc::unbounded_channel();
+                let config = super::cluster::config().set_push_sender(pushes);
+                let connecting = client.get_async_connection_with_config(config);
+                self.serve_cluster(connecting, heard).await
+            }
+        }
+    }
+
+    /// Whether the member's connection reaches a cluster, once it is made (within the bound of
+    /// opening a listener); a member whose connection cannot be made is taken as a standalone
+    /// server, whose listener fails in turn and tries again.
+    #[cfg(feature = "cluster")]
+    async fn reaches_cluster(&mut self) -> bool {
+        let made = tokio::time::timeout(LISTENER_TIMEOUT, self.connection.version()).await;
+        matches!(made, Ok(Ok(_))) && self.connection.member() == super::Member::Cluster
+    }
+
+    async fn serve_node(&mut self, client: &redis::Client) -> Stop {
+        let connected = tokio::time::timeout(LISTENER_TIMEOUT, client.get_async_pubsub());
         let Ok(Ok(pubsub)) = connected.await else {
             return Stop::Lost { served: false };
         };
@@ -231,6 +310,157 @@ async fn answers_ping(sink: &mut PubSubSink) -> bool {
         Ok(Ok(_)) => true,
         Ok(Err(error)) => error.code().is_some(),
         Err(_) => false,
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl<S: NoticeSink> Listener<S> {
+    /// Serves a cluster member's notices through the cluster connection `connecting` makes,
+    /// whose pushes come on `heard` (see the module docs).
+    async fn serve_cluster(
+        &mut self,
+        connecting: impl Future<Output = redis::RedisResult<redis::cluster_async::ClusterConnection>>,
+        mut heard: mpsc::UnboundedReceiver<redis::PushInfo>,
+    ) -> Stop {
+        use std::collections::HashMap;
+
+        // As long as making the member's own connection may take (a node that does not answer
+        // costs its own bound).
+        let limit = super::reconnect::CLUSTER_CONNECT_TIMEOUT;
+        let Ok(Ok(mut connection)) = tokio::time::timeout(limit, connecting).await else {
+            return Stop::Lost { served: false };
+        };
+        // As for a standalone server: the snapshot taken after the commands covers them.
+        let confirmations = self.drain();
+        let Some(names) = self.sink.upgrade().map(|sink| sink.names()) else {
+            return Stop::SinkGone;
+        };
+        let channels: HashMap<String, Arc<str>> = names
+            .into_iter()
+            .filter_map(|name| Some((notice_channel(&name, Member::Cluster)?, name)))
+            .collect();
+        // Each channel on the master of its slot, all at once.
+        let subscribed = futures::future::join_all(channels.keys().map(|channel| {
+            let mut connection = connection.clone();
+            async move { ssubscribe(&mut connection, channel).await }
+        }));
+        if let Some(Err(stop)) = subscribed.await.into_iter().find(Result::is_err) {
+            return stop;
+        }
+        let mut channels = channels;
+        for confirm in confirmations {
+            let _ = confirm.send(());
+        }
+        tracing::debug!(
+            node = self.node,
+            "release listener connected to a Redis Cluster"
+        );
+        let mut sweep = tokio::time::interval(self.sweep_every);
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                push = heard.recv() => {
+                    let Some(push) = push else {
+                        return Stop::Lost { served: true };
+                    };
+                    if push.kind == redis::PushKind::SUnsubscribe {
+                        // The slot went to another master: subscribe again where it is now.
+                        let channel = push.data.first().and_then(bulk_text);
+                        if let Some(channel) = channel.filter(|c| channels.contains_key(c))
+                            && let Err(stop) = ssubscribe(&mut connection, &channel).await
+                        {
+                            return stop;
+                        }
+                        continue;
+                    }
+                    let Some(message) = redis::Msg::from_push_info(push) else {
+                        continue;
+                    };
+                    let Some(name) = channels.get(message.get_channel_name()) else {
+                        continue;
+                    };
+                    let Some(sink) = self.sink.upgrade() else {
+                        return Stop::SinkGone;
+                    };
+                    sink.notice(self.node, name, message.get_payload_bytes(), Instant::now());
+                }
+                command = self.commands.recv() => {
+                    let Some(command) = command else {
+                        return Stop::SinkGone;
+                    };
+                    match command {
+                        Command::Subscribe(name, confirm) => {
+                            // A name without a slot prefix has no notices here: never confirmed.
+                            let Some(channel) = notice_channel(&name, Member::Cluster) else {
+                                continue;
+                            };
+                            if let Err(stop) = ssubscribe(&mut connection, &channel).await {
+                                return stop;
+                            }
+                            channels.insert(channel, name);
+                            if let Some(confirm) = confirm {
+                                let _ = confirm.send(());
+                            }
+                        }
+                        Command::Unsubscribe(name) => {
+                            let Some(channel) = notice_channel(&name, Member::Cluster) else {
+                                continue;
+                            };
+                            channels.remove(&channel);
+                            if !bounded(connection.sunsubscribe(&channel)).await {
+                                return Stop::Lost { served: true };
+                            }
+                        }
+                    }
+                }
+                _ = sweep.tick() => {
+                    let Some(sink) = self.sink.upgrade() else {
+                        return Stop::SinkGone;
+                    };
+                    sink.sweep();
+                }
+                _ = ping.tick() => {
+                    let answered = tokio::time::timeout(
+                        LISTENER_TIMEOUT,
+                        super::cluster::ping(connection.clone()),
+                    );
+                    if !matches!(answered.await, Ok(Ok(_))) {
+                        tracing::debug!(node = self.node, "release listener: a master did not answer PING");
+                        return Stop::Lost { served: true };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Subscribes a cluster connection to a sharded channel, on the master of its slot.
+#[cfg(feature = "cluster")]
+async fn ssubscribe(
+    connection: &mut redis::cluster_async::ClusterConnection,
+    channel: &str,
+) -> Result<(), Stop> {
+    match tokio::time::timeout(LISTENER_TIMEOUT, connection.ssubscribe(channel)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) if error.kind() == redis::ErrorKind::RESP3NotSupported => {
+            tracing::warn!(
+                "a Redis Cluster member's client speaks RESP2: its release notices cannot reach \
+                 this client (build the ClusterClient with use_protocol(ProtocolVersion::RESP3)); \
+                 its waiters poll instead"
+            );
+            Err(Stop::Deaf)
+        }
+        _ => Err(Stop::Lost { served: true }),
+    }
+}
+
+#[cfg(feature = "cluster")]
+fn bulk_text(value: &redis::Value) -> Option<String> {
+    match value {
+        redis::Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        _ => None,
     }
 }
 

@@ -1,6 +1,8 @@
-//! The connection layer: one node and the connection to it.
+//! The connection layer: one member of the quorum and the connection to it. A member is one
+//! standalone server or one whole Redis Cluster ([`Member`]; with the `cluster` feature, see
+//! `cluster`), and its client is what [`MemberClient`](crate::MemberClient) says.
 //!
-//! Owns a node's connection ([`NodeConnection`](crate::NodeConnection): redmutex's own, which
+//! Owns a member's connection ([`NodeConnection`](crate::NodeConnection): redmutex's own, which
 //! reconnects and replaces itself when it goes silent, or the caller's), the Redis version gate
 //! that refuses what a node is too old for, the pub/sub listeners that hear release notices, the
 //! Lua scripts as the nodes receive them, one-off questions to each node for the operator's
@@ -11,12 +13,15 @@
 
 use std::fmt;
 
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod hash_tag;
 mod health;
 pub(crate) mod listener;
+pub(crate) mod member;
 pub(crate) mod probe;
-mod reconnect;
+pub(crate) mod reconnect;
 pub(crate) mod redact;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
@@ -24,8 +29,6 @@ pub(crate) mod tls;
 pub(crate) mod version;
 
 use connection::NodeConnection;
-
-pub(crate) use reconnect::address_of;
 
 /// What one member of the quorum is: one Redis server, or a whole Redis Cluster, which holds a key
 /// where the master of the key's slot holds it. What a request sends depends on it: notices go

@@ -12,6 +12,7 @@ use redis::{Cmd, Value};
 use crate::error::NodeErrorKind;
 use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
+use crate::nodes::reconnect::node_error;
 use crate::nodes::script::Script;
 
 /// One node's reply, or why there is none.
@@ -52,7 +53,7 @@ pub(crate) async fn send(connection: &mut NodeConnection, cmd: &Cmd) -> Answer<V
     match connection.send(cmd).await {
         Ok(Value::ServerError(error)) => Err(NodeErrorKind::Redis(error.into())),
         Ok(reply) => reply.extract_error().map_err(NodeErrorKind::Redis),
-        Err(error) => Err(NodeErrorKind::Redis(error)),
+        Err(error) => Err(node_error(error)),
     }
 }
 

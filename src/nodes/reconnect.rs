@@ -23,7 +23,24 @@
 //! holds (TCP retransmitting after an outage that ended before the probe). Only in that last case
 //! can a request of the old connection run after newer ones; `README.md` (Fail-fast) says what that
 //! costs.
+//!
+//! **A cluster member.** A connection whose node answers `cluster_enabled:1` to `INFO cluster`
+//! (asked in the round trip that asks its version), or a `MOVED` where `INFO` is refused, is made
+//! again as the redis crate's cluster client over the whole cluster (see `cluster`), as is a
+//! caller's `ClusterClient` from the start. That client keeps a connection per node of the
+//! cluster, re-makes one after an I/O error, follows `MOVED` and `ASK` and refreshes its slot map,
+//! so none of that is done here. What this file still gives it is what the crate lacks: the
+//! set-up in the background with a backoff, calls that fail at once during the backoff (rather
+//! than wait in the crate's retries), the version gate, and the probe of `health`, whose `PING`
+//! goes to every master, on the suspect connection and on a fresh one: it finds out a cluster
+//! that went silent as a whole (a dead path to it), with the same proof as above, since each of
+//! the crate's node connections keeps its order. A single master that goes half-open while the
+//! others answer is not found out (any reply resets the count of silent calls): its calls cost
+//! their timeouts until TCP gives up on the flow, or until a failover's new owner is learned from
+//! another command's `MOVED`. No response timeout of the crate's own would do better: it would
+//! also drop the connection of a stalled master, whose queued requests must keep their order.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -32,15 +49,26 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
+use super::Member;
 use super::health::{Health, nanos_now, probe};
+use super::member::MemberClient;
 use super::script::Script;
-use super::version::{Needs, ServerVersion, info_server, script_version};
+use super::version::{
+    Needs, ServerVersion, cluster_enabled, info_cluster, info_server, script_version,
+};
 use crate::error::NodeErrorKind;
 
 /// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
-/// CLIENT SETINFO), our PING and the question of the node's version. Calls never wait this long (their node timeout bounds them); it
-/// only decides when an attempt that hangs is given up, so that a later call can start another.
+/// CLIENT SETINFO), our PING and the question of the node's version. Calls never wait this long
+/// (their node timeout bounds them); it only decides when an attempt that hangs is given up, so
+/// that a later call can start another.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The same bound on making a connection to a whole cluster: the seed node's, the cluster's map
+/// of slots, a connection to each of its nodes (each bounded by [`CONNECT_TIMEOUT`], all at
+/// once), its masters' versions and the scripts. A node that does not answer (a host gone, not
+/// yet failed over) costs its own bound, not the cluster's.
+pub(crate) const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Pause after a failed attempt to connect before the next one, doubled after each failure.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -49,12 +77,18 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A connection to one node that remakes itself. Shared by every clone of its
 /// [`NodeConnection`](crate::NodeConnection).
 pub(crate) struct Reconnecting {
-    client: Client,
+    client: MemberClient,
     /// The node's address for traces, without credentials.
     address: String,
     /// Loaded into the node's cache on every new connection.
     scripts: &'static [Script],
     slot: Mutex<Slot>,
+    /// Whether the latest connection reaches a Redis Cluster: what [`member`](Self::member) reads
+    /// on every call, without the slot's lock.
+    cluster: AtomicBool,
+    /// A `MOVED` reply showed a cluster that `INFO` did not (refused): every connection from then
+    /// on is made as a cluster's.
+    moved: AtomicBool,
 }
 
 enum Slot {
@@ -79,10 +113,39 @@ type Pending = Shared<oneshot::Receiver<RedisResult<Live>>>;
 /// A connection that was made, and how it has been answering.
 #[derive(Clone)]
 pub(super) struct Live {
-    pub(super) connection: MultiplexedConnection,
+    pub(super) link: Link,
     pub(super) health: Arc<Health>,
-    /// What the node said of its version when this connection was made.
+    /// What the node said of its version when this connection was made (for a cluster, its
+    /// oldest master).
     version: ServerVersion,
+}
+
+/// What a connection that was made talks through.
+#[derive(Clone)]
+pub(super) enum Link {
+    /// One standalone server.
+    Node(MultiplexedConnection),
+    /// A whole Redis Cluster, through the redis crate's cluster client.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Live {
+    pub(super) fn new(link: Link, version: ServerVersion) -> Live {
+        Live {
+            link,
+            health: Arc::new(Health::default()),
+            version,
+        }
+    }
+
+    fn member(&self) -> Member {
+        match self.link {
+            Link::Node(_) => Member::Standalone,
+            #[cfg(feature = "cluster")]
+            Link::Cluster(_) => Member::Cluster,
+        }
+    }
 }
 
 /// What a call sends: one command, or several pipelined.
@@ -101,15 +164,34 @@ enum Current {
 
 impl Reconnecting {
     /// Makes nothing yet: the first call connects.
-    pub(crate) fn new(client: Client, scripts: &'static [Script]) -> Reconnecting {
+    pub(crate) fn new(client: MemberClient, scripts: &'static [Script]) -> Reconnecting {
         Reconnecting {
-            address: address_of(&client),
+            address: client.address(),
+            cluster: AtomicBool::new(client.is_cluster()),
             client,
             scripts,
             slot: Mutex::new(Slot::Idle {
                 failed: None,
                 backoff: BACKOFF_MIN,
             }),
+            moved: AtomicBool::new(false),
+        }
+    }
+
+    /// What the client connects to: a caller's cluster client, or the node of a URL or a
+    /// `redis::Client`.
+    pub(crate) fn client(&self) -> &MemberClient {
+        &self.client
+    }
+
+    /// What kind of member the latest connection reached; a standalone server until one was made.
+    // Requests read it to pick their form; in this layer only the cluster listener does.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn member(&self) -> Member {
+        if self.cluster.load(Ordering::Relaxed) {
+            Member::Cluster
+        } else {
+            Member::Standalone
         }
     }
 
@@ -132,18 +214,26 @@ impl Reconnecting {
         needs: &'static Needs,
         packed: Packed<'_>,
     ) -> Result<Value, NodeErrorKind> {
-        self.sending(
-            packed,
-            |version| version.allows(needs),
-            NodeErrorKind::Redis,
-        )
-        .await
+        self.sending(packed, |version| version.allows(needs), node_error)
+            .await
     }
 
     /// The version of the node, as its current connection learned it (connecting first if
     /// needed).
     pub(crate) async fn version(self: &Arc<Self>) -> RedisResult<ServerVersion> {
         Ok(self.live().await?.version)
+    }
+
+    /// The connection to the whole cluster if the current connection reaches one (connecting
+    /// first if needed).
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn cluster(
+        self: &Arc<Self>,
+    ) -> RedisResult<Option<redis::cluster_async::ClusterConnection>> {
+        Ok(match self.live().await?.link {
+            Link::Cluster(connection) => Some(connection),
+            Link::Node(_) => None,
+        })
     }
 
     async fn live(self: &Arc<Self>) -> RedisResult<Live> {
@@ -174,16 +264,20 @@ impl Reconnecting {
         if live.health.sent(nanos_now) {
             self.probe(&live);
         }
-        let reply = match packed {
-            Packed::One(cmd) => live.connection.send_packed_command(cmd).await,
-            Packed::Pipeline(pipeline) => live
-                .connection
+        let reply = match (&mut live.link, packed) {
+            (Link::Node(connection), Packed::One(cmd)) => connection.send_packed_command(cmd).await,
+            (Link::Node(connection), Packed::Pipeline(pipeline)) => connection
                 .send_packed_commands(pipeline, 0, pipeline.len())
                 .await
                 .map(Value::Array),
+            #[cfg(feature = "cluster")]
+            (Link::Cluster(connection), packed) => cluster_send(connection, packed).await,
         };
         match &reply {
             Err(failed) if failed.is_unrecoverable_error() => self.lost(&live, failed),
+            Ok(reply) if matches!(live.link, Link::Node(_)) && redirected(reply) => {
+                return Err(error(self.moved(&live)));
+            }
             _ => live.health.answered(),
         }
         reply.map_err(error)
@@ -236,12 +330,9 @@ impl Reconnecting {
             settled: false,
         };
         let (client, scripts) = (self.client.clone(), self.scripts);
+        let moved = self.moved.load(Ordering::Relaxed);
         runtime.spawn(async move {
-            let outcome = match tokio::time::timeout(CONNECT_TIMEOUT, open(&client, scripts)).await
-            {
-                Ok(outcome) => outcome,
-                Err(_) => Err(timed_out(CONNECT_TIMEOUT)),
-            };
+            let outcome = open(&client, scripts, moved).await;
             attempt.settle(&outcome, backoff);
             let _ = report.send(outcome);
         });
@@ -264,7 +355,9 @@ impl Reconnecting {
         };
         *slot = match outcome {
             Ok(live) => {
-                tracing::debug!(node = %self.address, "node connection made");
+                tracing::debug!(node = %self.address, member = ?live.member(), "node connection made");
+                self.cluster
+                    .store(live.member() == Member::Cluster, Ordering::Relaxed);
                 Slot::Ready(live.clone())
             }
             Err(error) => {
@@ -292,6 +385,18 @@ impl Reconnecting {
         }
     }
 
+    /// A standalone connection `live` had a reply that only a cluster node gives (`MOVED`, `ASK`):
+    /// its node runs Redis Cluster although `INFO` did not say (refused). The connection is
+    /// dropped and the next one made as a cluster's (see `cluster`); the call that met the
+    /// redirection gets the error to report.
+    fn moved(self: &Arc<Self>, live: &Live) -> RedisError {
+        self.moved.store(true, Ordering::Relaxed);
+        let error = cluster_node_error();
+        tracing::debug!(node = %self.address, "a redirection: the node runs Redis Cluster");
+        self.lost(live, &error);
+        error
+    }
+
     /// Starts a probe of the suspect connection `live`, unless one runs or ran a moment ago.
     fn probe(self: &Arc<Self>, live: &Live) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -302,6 +407,7 @@ impl Reconnecting {
                 Arc::downgrade(self),
                 self.client.clone(),
                 self.scripts,
+                self.moved.load(Ordering::Relaxed),
                 live.clone(),
             ));
         }
@@ -315,6 +421,8 @@ impl Reconnecting {
                 node = %self.address,
                 "node connection went silent while a new one answered: replaced"
             );
+            self.cluster
+                .store(fresh.member() == Member::Cluster, Ordering::Relaxed);
             *slot = Slot::Ready(fresh);
         }
     }
@@ -349,9 +457,52 @@ impl Drop for Attempt {
 /// Makes a connection and checks that the node serves it: the redis crate's set-up (AUTH and
 /// SELECT as the client says), then one round trip that carries a PING, asks the node's version
 /// (`INFO server`; a second round trip asks a script where `INFO` is refused, see `version`) and
-/// loads the scripts. No timeouts of the driver's own: the node timeout of each call is the only
+/// whether it runs Redis Cluster (`INFO cluster`), and loads the scripts. A cluster node's
+/// connection is then made again as the whole cluster's (see `cluster`), as is one after a
+/// `MOVED` reply (`moved`). Bounded by [`CONNECT_TIMEOUT`], and [`CLUSTER_CONNECT_TIMEOUT`] for a
+/// cluster. No timeouts of the driver's own on calls: the node timeout of each call is the only
 /// bound (see [`NodeConnection`](crate::NodeConnection)).
-pub(super) async fn open(client: &Client, scripts: &[Script]) -> RedisResult<Live> {
+pub(super) async fn open(
+    client: &MemberClient,
+    scripts: &[Script],
+    moved: bool,
+) -> RedisResult<Live> {
+    let client = match client {
+        MemberClient::Node(client) => client,
+        #[cfg(feature = "cluster")]
+        MemberClient::Cluster(cluster) => {
+            let opened = super::cluster::open(cluster, scripts);
+            return bounded(CLUSTER_CONNECT_TIMEOUT, opened).await;
+        }
+    };
+    if !moved {
+        match bounded(CONNECT_TIMEOUT, open_node(client, scripts)).await? {
+            Opened::Node(live) => return Ok(live),
+            Opened::Cluster => {}
+        }
+    }
+    bounded(CLUSTER_CONNECT_TIMEOUT, open_cluster_of(client, scripts)).await
+}
+
+/// `attempt`'s outcome, or a timeout's error after `limit`.
+async fn bounded<T>(
+    limit: Duration,
+    attempt: impl Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::time::timeout(limit, attempt)
+        .await
+        .unwrap_or_else(|_| Err(timed_out(limit)))
+}
+
+/// What a connection to a node found.
+enum Opened {
+    Node(Live),
+    /// The node runs Redis Cluster: the connection is to be made as the cluster's.
+    Cluster,
+}
+
+/// The connection to a node as a standalone server, unless it runs Redis Cluster.
+async fn open_node(client: &Client, scripts: &[Script]) -> RedisResult<Opened> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(None)
         .set_response_timeout(None);
@@ -368,21 +519,100 @@ pub(super) async fn open(client: &Client, scripts: &[Script]) -> RedisResult<Liv
         let cmd = cmd.clone();
         async move { connection.send_packed_command(&cmd).await }
     };
-    let info = info_server();
+    let (info, cluster) = (info_server(), info_cluster());
     // Issued in this order on the one connection: the PING first, then INFO and the loads.
-    let (pong, info, _) =
-        futures::join!(send(&ping), send(&info), join_all(loads.iter().map(send)));
+    let (pong, info, cluster, _) = futures::join!(
+        send(&ping),
+        send(&info),
+        send(&cluster),
+        join_all(loads.iter().map(send))
+    );
     check_pong(pong?)?;
+    if cluster_enabled(&cluster?) {
+        return Ok(Opened::Cluster);
+    }
     let version = match ServerVersion::from_info_reply(info?)? {
         Some(version) => version,
         None => ServerVersion::from_script_reply(send(&script_version()).await?)?,
     };
     tracing::debug!(node = %address_of(client), %version, "node version");
-    Ok(Live {
-        connection,
-        health: Arc::new(Health::default()),
-        version,
-    })
+    Ok(Opened::Node(Live::new(Link::Node(connection), version)))
+}
+
+/// The connection to the whole cluster that `client`'s node belongs to; without the `cluster`
+/// feature, the error that names it.
+async fn open_cluster_of(client: &Client, scripts: &[Script]) -> RedisResult<Live> {
+    #[cfg(feature = "cluster")]
+    {
+        let cluster = super::cluster::client_of(client)?;
+        super::cluster::open(&cluster, scripts).await
+    }
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = (client, scripts);
+        Err(cluster_node_error())
+    }
+}
+
+/// Sends on a cluster connection: one boxed future whichever `packed` is (the crate boxes its
+/// calls anyway), so that the cluster adds one small state to the future of every call, a
+/// standalone member's too.
+#[cfg(feature = "cluster")]
+#[inline(never)]
+fn cluster_send<'a>(
+    connection: &'a mut redis::cluster_async::ClusterConnection,
+    packed: Packed<'a>,
+) -> redis::RedisFuture<'a, Value> {
+    use redis::aio::ConnectionLike;
+    match packed {
+        Packed::One(cmd) => connection.req_packed_command(cmd),
+        Packed::Pipeline(pipeline) => Box::pin(async move {
+            connection
+                .req_packed_commands(pipeline, 0, pipeline.len())
+                .await
+                .map(Value::Array)
+        }),
+    }
+}
+
+/// Whether a standalone connection's reply is a cluster's redirection, alone or in a pipeline's
+/// replies.
+fn redirected(reply: &Value) -> bool {
+    let redirection = |value: &Value| matches!(value, Value::ServerError(error) if matches!(error.code(), "MOVED" | "ASK"));
+    match reply {
+        Value::Array(replies) => replies.iter().any(redirection),
+        reply => redirection(reply),
+    }
+}
+
+/// What a node of a Redis Cluster answers when it was met through a standalone connection: with
+/// the `cluster` feature, the call that met it fails while the connection is made again as the
+/// cluster's; without it, every call does (see [`node_error`]).
+const CLUSTER_NODE: &str = "a Redis Cluster node met through a standalone connection";
+
+fn cluster_node_error() -> RedisError {
+    #[cfg(feature = "cluster")]
+    let detail = "connecting to the whole cluster as one member";
+    #[cfg(not(feature = "cluster"))]
+    let detail =
+        "a cluster member needs redmutex's `cluster` feature (on by default; turned off here)";
+    RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        CLUSTER_NODE,
+        detail.to_owned(),
+    ))
+}
+
+/// A call's error as the lock layer reports it: without the `cluster` feature, a cluster node's
+/// is [`NodeErrorKind::ClusterFeatureOff`], a refusal.
+pub(crate) fn node_error(error: RedisError) -> NodeErrorKind {
+    #[cfg(not(feature = "cluster"))]
+    if error.kind() == redis::ErrorKind::InvalidClientConfig
+        && error.to_string().starts_with(CLUSTER_NODE)
+    {
+        return NodeErrorKind::ClusterFeatureOff;
+    }
+    NodeErrorKind::Redis(error)
 }
 
 /// Whether a PING's reply shows a connection the node serves. A node that refuses the PING for
@@ -450,6 +680,86 @@ mod tests {
             b"-LOADING Redis is loading the dataset in memory\r\n",
         ] {
             assert!(check_pong(error(refusal)).is_err());
+        }
+    }
+
+    /// A URL of a cluster node: the whole cluster with the `cluster` feature, else an error that
+    /// names it. `cargo test --lib --no-default-features -- nodes::reconnect` runs the other side.
+    #[tokio::test]
+    async fn a_cluster_node_stands_for_its_cluster_or_names_the_feature() {
+        let cluster = testenv::RedisCluster::start(1, 0);
+        let client = MemberClient::Node(Client::open(cluster.seed_url()).expect("a URL"));
+        let opened = open(&client, &[], false).await;
+        #[cfg(feature = "cluster")]
+        {
+            let live = opened.unwrap_or_else(|error| panic!("the cluster connects: {error}"));
+            assert_eq!(live.member(), Member::Cluster);
+            assert!(
+                matches!(live.version, ServerVersion::Redis(_)),
+                "{}",
+                live.version
+            );
+        }
+        #[cfg(not(feature = "cluster"))]
+        {
+            let Err(error) = opened else {
+                panic!("a cluster node is refused without the feature");
+            };
+            let error = node_error(error);
+            assert!(matches!(error, NodeErrorKind::ClusterFeatureOff), "{error}");
+            assert!(error.to_string().contains("`cluster` feature"), "{error}");
+            assert!(error.is_refusal());
+        }
+    }
+
+    /// A user who may not run `INFO`: the cluster shows in the first `MOVED`, after which the
+    /// connection is made again as the cluster's (or, without the feature, every call is refused,
+    /// never sent on to follow redirections).
+    #[tokio::test]
+    async fn a_moved_reply_shows_a_cluster_that_info_did_not() {
+        let cluster = testenv::RedisCluster::start(3, 0);
+        for node in cluster.nodes() {
+            node.acl_setuser("app", &["on", ">pw", "~*", "&*", "+@all", "-info"]);
+        }
+        let seed = cluster.nodes()[0].port();
+        let url = format!("redis://app:pw@127.0.0.1:{seed}/");
+        let this = Arc::new(Reconnecting::new(
+            MemberClient::Node(Client::open(url).expect("a URL")),
+            &[],
+        ));
+        let other = cluster.masters().into_iter().find(|m| m.port() != seed);
+        let elsewhere = cluster.key_on(other.expect("another master"), "moved:");
+        let mut set = Cmd::new();
+        set.arg("SET").arg(&elsewhere).arg("v");
+        let first = this.send(&set).await;
+        assert_eq!(
+            this.member(),
+            Member::Standalone,
+            "INFO is refused: {first:?}"
+        );
+        let Err(first) = first else {
+            panic!("a MOVED is the call's error, never a success");
+        };
+        assert!(first.to_string().contains("Redis Cluster node"), "{first}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let next = this.send(&set).await;
+            #[cfg(feature = "cluster")]
+            if let Ok(reply) = &next {
+                assert_eq!(*reply, Value::Okay);
+                assert_eq!(this.member(), Member::Cluster);
+                assert_eq!(cluster.get(&elsewhere).as_deref(), Some("v"));
+                return;
+            }
+            #[cfg(not(feature = "cluster"))]
+            if let Err(error) = &next
+                && matches!(node_error(error.clone()), NodeErrorKind::ClusterFeatureOff)
+            {
+                assert!(!cluster.exists(&elsewhere));
+                return;
+            }
+            assert!(Instant::now() < deadline, "still {next:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -73,6 +73,17 @@ impl Needs {
     }
 }
 
+/// What release notices need of a Redis Cluster member, beyond what the primitive needs: its
+/// scripts publish them by `SPUBLISH` (Redis 7.0), in the name's slot, since a classic `PUBLISH`
+/// in a cluster goes to every node over the cluster bus and `SUBSCRIBE` there hears it from any.
+/// Wake-up on release and the fair line on a cluster member need it; a standalone member
+/// publishes by `PUBLISH` (2.6).
+pub(crate) const CLUSTER_NOTICES: Needs = Needs::new(
+    "release notices on a Redis Cluster member (wake-up on release, fair waiting)",
+    Version::new(7, 0, 0),
+    "7.0",
+);
+
 /// What a node told us of its version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ServerVersion {
@@ -154,6 +165,52 @@ impl ServerVersion {
             },
         }
     }
+}
+
+impl ServerVersion {
+    /// The lower of two masters' versions, for a cluster member, which runs a primitive only if
+    /// every master does: a version known below another's bound wins, and a master whose version
+    /// is unknown is not judged, as a standalone node of unknown version is not.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn lowest(self, other: ServerVersion) -> ServerVersion {
+        use ServerVersion::{Before, Redis, Unknown, Valkey};
+        let known = |version: ServerVersion| match version {
+            Redis(version) | Valkey { redis: version, .. } => Some(version),
+            Before(_) | Unknown => None,
+        };
+        match (self, other) {
+            (Unknown, version) | (version, Unknown) => version,
+            (Before(a), Before(b)) => Before(a.min(b)),
+            (Before(bound), version) | (version, Before(bound)) => match known(version) {
+                Some(known) if known < bound => version,
+                _ => Before(bound),
+            },
+            (a, b) => {
+                if known(b) < known(a) {
+                    b
+                } else {
+                    a
+                }
+            }
+        }
+    }
+}
+
+/// Whether `INFO cluster`'s reply says the node runs Redis Cluster (`cluster_enabled:1`); a
+/// refused question says no, and leaves the first `MOVED` reply to tell.
+pub(crate) fn cluster_enabled(reply: &Value) -> bool {
+    text(reply).is_some_and(|text| {
+        text.lines()
+            .any(|line| line.trim_end() == "cluster_enabled:1")
+    })
+}
+
+/// The question that tells a cluster node: `INFO cluster`, asked beside [`info_server`] (one
+/// section per `INFO` before Redis 7.0).
+pub(crate) fn info_cluster() -> Cmd {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("cluster");
+    cmd
 }
 
 /// `Ok` for a reply that says nothing of the version: refused (a missing permission), unknown (a
@@ -260,6 +317,44 @@ mod tests {
         );
         assert_eq!(valkey.to_string(), "Valkey 9.1.2 (Redis 7.2.4 compatible)");
         assert_eq!(ServerVersion::from_info("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn a_cluster_runs_what_its_lowest_master_runs() {
+        use ServerVersion::{Before, Redis, Unknown, Valkey};
+        let valkey = Valkey {
+            valkey: v("8.0.1"),
+            redis: v("7.2.4"),
+        };
+        assert_eq!(
+            Redis(v("7.0.15")).lowest(Redis(v("6.2.14"))),
+            Redis(v("6.2.14"))
+        );
+        assert_eq!(Redis(v("7.4.0")).lowest(valkey), valkey);
+        assert_eq!(valkey.lowest(Redis(v("7.0.0"))), Redis(v("7.0.0")));
+        assert_eq!(Unknown.lowest(Redis(v("7.0.0"))), Redis(v("7.0.0")));
+        assert_eq!(Redis(v("7.0.0")).lowest(Unknown), Redis(v("7.0.0")));
+        assert_eq!(Redis(v("7.2.0")).lowest(Before(v("7.0"))), Before(v("7.0")));
+        assert_eq!(
+            Before(v("7.0")).lowest(Redis(v("6.2.0"))),
+            Redis(v("6.2.0"))
+        );
+        assert_eq!(Before(v("7.0")).lowest(Before(v("6.0"))), Before(v("6.0")));
+        // What the gate then refuses is what the oldest master would refuse.
+        let oldest = [Redis(v("7.2.4")), Redis(v("6.2.14")), valkey]
+            .into_iter()
+            .fold(Unknown, ServerVersion::lowest);
+        assert!(oldest.allows(&CLUSTER_NOTICES).is_err());
+    }
+
+    #[test]
+    fn info_cluster_tells_a_cluster_node() {
+        assert!(cluster_enabled(&bulk("# Cluster\r\ncluster_enabled:1\r\n")));
+        assert!(!cluster_enabled(&bulk(
+            "# Cluster\r\ncluster_enabled:0\r\n"
+        )));
+        assert!(!cluster_enabled(&error("NOPERM no INFO for you")));
+        assert!(!cluster_enabled(&bulk("")));
     }
 
     #[test]

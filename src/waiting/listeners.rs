@@ -6,18 +6,20 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::engine::quorum::quorum;
+use crate::nodes::connection::NodeConnection;
 use crate::nodes::listener;
 use crate::waiting::hub::{Hub, LINGER, State};
 
 /// The listeners of a client: started on first use, because most clients never need them.
 pub(crate) struct Listeners {
-    /// One per node, in node order; empty for connections the caller built.
-    clients: Vec<redis::Client>,
+    /// One per member, in member order, whose client each listener connects through (and whose
+    /// connection tells whether it reaches a cluster); empty for connections the caller built.
+    clients: Vec<NodeConnection>,
     hub: std::sync::Mutex<Option<Arc<Hub>>>,
 }
 
 impl Listeners {
-    pub(crate) fn new(clients: Vec<redis::Client>) -> Listeners {
+    pub(crate) fn new(clients: Vec<NodeConnection>) -> Listeners {
         Listeners {
             clients,
             hub: std::sync::Mutex::new(None),

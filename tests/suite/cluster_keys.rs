@@ -1,10 +1,6 @@
 //! What each primitive sends to a Redis Cluster member: every key of a name in the name's slot,
 //! notices by `SPUBLISH` on the name's sharded channel, multi-name locks within one slot, and no
 //! read of the previous layout's counters (see the guide's *Keys and notice channels*).
-//!
-//! These need the cluster member's connection (`Redlock::connect` treating a cluster node's URL as
-//! the whole cluster), which comes with the cluster member work; until it is there they are
-//! ignored.
 
 use std::time::Duration;
 
@@ -20,7 +16,6 @@ async fn member(cluster: &RedisCluster) -> Redlock {
 }
 
 #[tokio::test]
-#[ignore = "needs the cluster member connection"]
 async fn a_fenced_mutex_keeps_its_counter_on_the_name_master() {
     let cluster = RedisCluster::start(3, 0);
     let redlock = member(&cluster).await;
@@ -45,7 +40,6 @@ async fn a_fenced_mutex_keeps_its_counter_on_the_name_master() {
 }
 
 #[tokio::test]
-#[ignore = "needs the cluster member connection"]
 async fn a_waiter_wakes_on_the_sharded_notice() {
     let cluster = RedisCluster::start(3, 0);
     let redlock = member(&cluster).await;
@@ -73,7 +67,6 @@ async fn a_waiter_wakes_on_the_sharded_notice() {
 }
 
 #[tokio::test]
-#[ignore = "needs the cluster member connection"]
 async fn a_fair_line_hands_over_on_a_cluster() {
     let cluster = RedisCluster::start(3, 0);
     let redlock = member(&cluster).await;
@@ -108,7 +101,6 @@ async fn a_fair_line_hands_over_on_a_cluster() {
 }
 
 #[tokio::test]
-#[ignore = "needs the cluster member connection"]
 async fn readers_and_writers_on_a_cluster() {
     let cluster = RedisCluster::start(3, 0);
     let redlock = member(&cluster).await;
@@ -129,7 +121,6 @@ async fn readers_and_writers_on_a_cluster() {
 /// Names of one hash tag lock as one script on their shard; names in different slots are refused
 /// by the member before anything is sent, with the hash-tag rule in the error.
 #[tokio::test]
-#[ignore = "needs the cluster member connection"]
 async fn a_multi_name_lock_stays_within_one_slot() {
     let cluster = RedisCluster::start(3, 0);
     let redlock = member(&cluster).await;

@@ -19,6 +19,7 @@ mod acquire;
 mod cancel;
 mod checks;
 mod cluster_keys;
+mod cluster_member;
 mod config;
 mod connecting;
 mod contention;

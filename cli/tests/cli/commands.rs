@@ -485,3 +485,28 @@ fn help_reads_well_and_exits_0() {
         assert!(ran.stdout.contains(documented), "{documented}: {ran:?}");
     }
 }
+
+/// A Redis Cluster is one member: one row per check, run on every master, and passing.
+#[test]
+fn doctor_passes_a_redis_cluster_member() {
+    let standalone = Cluster::start(2);
+    let cluster = testenv::RedisCluster::start(3, 0);
+    let urls = standalone.urls();
+    let nodes = format!("{},{},{}", urls[0], cluster.seed_url(), urls[1]);
+    let ran = run(redmutex_with_nodes(&nodes), &["doctor"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let independent = row(&ran.stdout, 1, "independent");
+    assert!(
+        independent.contains(" pass ") && independent.contains("Redis Cluster of 3 masters"),
+        "{ran:?}"
+    );
+    assert!(
+        row(&ran.stdout, 1, "permissions").contains("every master (3)"),
+        "{ran:?}"
+    );
+    assert!(
+        ran.stdout
+            .contains("no check failed: 3 of 3 nodes sound, a lock needs 2"),
+        "{ran:?}"
+    );
+}

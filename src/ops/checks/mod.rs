@@ -18,6 +18,10 @@ use crate::primitives::mutex::{EXTEND, RELEASE, RELEASE_NOTIFY};
 
 mod judge;
 
+#[cfg(feature = "cluster")]
+use crate::error::NodeErrorKind;
+#[cfg(feature = "cluster")]
+use judge::MasterFacts;
 use judge::{Facts, Round, config_value, judge, parse_info};
 
 /// Default bound on each command of a check.
@@ -37,15 +41,18 @@ const SCRATCH_EXPIRY: Duration = Duration::from_secs(10);
 /// |---|---|---|
 /// | `reachable` | the node does not answer `PING` | `+ping` |
 /// | `distinct` | two nodes are one server (same `run_id`): it would count twice | `+info` |
-/// | `independent` | the node is a replica, its master or a replica of it is another configured node, or it runs Redis Cluster | `+info` |
+/// | `independent` | the node is a replica, its master or a replica of it is another configured node, or two nodes reach one Redis Cluster (shared node IDs) | `+info`, `+cluster\|slots` on a cluster |
 /// | `eviction` | `maxmemory` is set with any policy but `noeviction` (lock keys carry a TTL, so `volatile-*` evicts them too) | `+info` |
 /// | `persistence` | never; warns unless `appendonly yes` and `appendfsync always` | `+info`, `+config\|get` |
 /// | `permissions` | a real lock, extend and unlock round on a scratch name fails | `+set`, `+evalsha`, `+eval`, keys matching the scratch prefix, `&redmutex:released:*` |
 /// | `version` | the node's Redis is too old for mutexes; warns when it is too old for other primitives (named, with the version they need: they are refused on this node), or its version is unknown | `+info`, or else `+eval` |
 ///
-/// A question the node refuses to answer (INFO or CONFIG disabled, as on some managed services)
-/// gives a warning with the node's reason, not a failure; the checks of an unreachable node are
-/// skipped.
+/// A Redis Cluster member gets one row per check too: `eviction`, `persistence` and
+/// `permissions` run on each of its masters (a lock key may land on any), and its row takes the
+/// worst master's verdict and names the masters that have it; `independent` warns when the
+/// cluster has replicas, as for a standalone master's. A question the node refuses to answer
+/// (INFO or CONFIG disabled, as on some managed services) gives a warning with the node's reason,
+/// not a failure; the checks of an unreachable node are skipped.
 ///
 /// # Examples
 ///
@@ -113,7 +120,8 @@ pub enum CheckKind {
     Reachable,
     /// No other configured node is the same server.
     Distinct,
-    /// An independent master: no replication with other configured nodes, not Redis Cluster.
+    /// An independent member: no replication with other configured nodes, and no two of them in
+    /// one Redis Cluster.
     Independent,
     /// Lock keys cannot be evicted.
     Eviction,
@@ -348,6 +356,10 @@ async fn gather(mut connection: NodeConnection, timeout: Duration, scratch: &str
     if let Err(error) = ping {
         return Ok(Facts::unreachable(error));
     }
+    #[cfg(feature = "cluster")]
+    if let Ok(Some(cluster)) = bounded(timeout, connection.cluster()).await {
+        return Ok(gather_cluster(connection, cluster, timeout, scratch, ping).await);
+    }
     let info = bounded(timeout, send(&mut connection, &redis::cmd("INFO")))
         .await
         .and_then(|reply| parse_info(&reply));
@@ -365,7 +377,83 @@ async fn gather(mut connection: NodeConnection, timeout: Duration, scratch: &str
         appendfsync,
         round,
         version,
+        cluster: None,
     })
+}
+
+/// Asks a cluster member what the checks need: its masters (`CLUSTER SLOTS`), then each
+/// master's `INFO` and `appendfsync`, and a permissions round on a scratch key in its slots, all
+/// masters at once.
+#[cfg(feature = "cluster")]
+async fn gather_cluster(
+    mut connection: NodeConnection,
+    mut cluster: redis::cluster_async::ClusterConnection,
+    timeout: Duration,
+    scratch: &str,
+    ping: Answer<Duration>,
+) -> Facts {
+    use crate::nodes::cluster::{Master, masters, send_to};
+    use crate::nodes::hash_tag::key_slot;
+    use crate::nodes::reconnect::node_error;
+
+    let version = bounded(timeout, connection.version()).await;
+    let masters = bounded(timeout, async {
+        masters(&mut cluster).await.map_err(node_error)
+    })
+    .await;
+    let masters = match masters {
+        Ok(masters) => masters,
+        Err(error) => {
+            // The masters are unknown (CLUSTER SLOTS refused): one round where the scratch key
+            // lands.
+            let round = permissions_round(&mut connection, timeout, scratch).await;
+            return Facts::cluster(ping, version, round, Err(error));
+        }
+    };
+    let ask = |master: &Master| {
+        let (mut cluster, mut connection) = (cluster.clone(), connection.clone());
+        let address = master.address.clone();
+        // A scratch name on this master's slots: a few tries each, unless the prefix has a hash
+        // tag, which puts every name in one slot.
+        let key = (0..1 << 16)
+            .map(|n| format!("{scratch}:{n}"))
+            .find(|key| master.serves(key_slot(key)));
+        let master = master.clone();
+        async move {
+            let info = redis::cmd("INFO");
+            let info = bounded(timeout, async {
+                send_to(&mut cluster, &address, info)
+                    .await
+                    .map_err(node_error)
+            })
+            .await
+            .and_then(|reply| reply.extract_error().map_err(NodeErrorKind::Redis))
+            .and_then(|reply| parse_info(&reply));
+            let mut config = redis::cmd("CONFIG");
+            config.arg("GET").arg("appendfsync");
+            let appendfsync = bounded(timeout, async {
+                send_to(&mut cluster, &address, config)
+                    .await
+                    .map_err(node_error)
+            })
+            .await
+            .and_then(|reply| reply.extract_error().map_err(NodeErrorKind::Redis))
+            .and_then(|reply| config_value(&reply));
+            let round = match key {
+                Some(key) => Some(permissions_round(&mut connection, timeout, &key).await),
+                None => None,
+            };
+            MasterFacts {
+                address: master.address,
+                id: master.id,
+                info,
+                appendfsync,
+                round,
+            }
+        }
+    };
+    let masters = futures::future::join_all(masters.iter().map(ask)).await;
+    Facts::cluster(ping, version, Round::Done, Ok(masters))
 }
 
 /// One real lock, extend and unlock, with the library's own commands and scripts.

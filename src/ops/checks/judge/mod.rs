@@ -1,12 +1,16 @@
 //! Judging what the nodes told the checks: pure, so that every verdict is tested without Redis.
 //! The verdicts on how the nodes relate (`topology`) and on how each is set up (`setup`) are
 //! apart.
+//!
+//! A Redis Cluster member gets one row per check, as a standalone one does, since it is one vote:
+//! the set-up checks run on each of its masters (a lock key may land on any of them), and the
+//! row takes the worst master's verdict and names every master that has it.
 
 mod setup;
 mod topology;
 
-use setup::{eviction, permissions, persistence, version};
-use topology::{Endpoint, distinct, independent};
+use setup::{cluster_version, eviction, permissions, persistence, version};
+use topology::{Endpoint, distinct, distinct_cluster, independent, independent_cluster};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -31,6 +35,23 @@ pub(super) struct Facts {
     pub(super) round: Round,
     /// What the connection learned of the node's version.
     pub(super) version: Answer<ServerVersion>,
+    /// For a Redis Cluster member, its masters (`ping`, `version` and `round` then are the
+    /// member's; `info` and `appendfsync` unused).
+    pub(super) cluster: Option<Answer<Vec<MasterFacts>>>,
+}
+
+/// What one master of a cluster member told us.
+#[derive(Debug)]
+pub(super) struct MasterFacts {
+    /// `host:port`, as the cluster announces it.
+    pub(super) address: String,
+    /// Its cluster node ID.
+    pub(super) id: String,
+    pub(super) info: Answer<HashMap<String, String>>,
+    pub(super) appendfsync: Answer<String>,
+    /// The permissions round on a scratch key of its slots; `None` when no scratch name with
+    /// the configured prefix lands there (the prefix has a hash tag of its own).
+    pub(super) round: Option<Round>,
 }
 
 /// How the permissions round went.
@@ -50,6 +71,29 @@ impl Facts {
             appendfsync: Err(error.clone()),
             round: Round::Failed("PING", error.clone()),
             version: Err(error),
+            cluster: None,
+        }
+    }
+}
+
+impl Facts {
+    /// A cluster member's facts: its `masters`' (their own `round`s), or, when they are unknown,
+    /// the one `round` made where the scratch key landed.
+    #[cfg(feature = "cluster")]
+    pub(super) fn cluster(
+        ping: Answer<Duration>,
+        version: Answer<ServerVersion>,
+        round: Round,
+        masters: Answer<Vec<MasterFacts>>,
+    ) -> Facts {
+        let unused = || NodeErrorKind::UnexpectedReply("asked of each master".to_owned());
+        Facts {
+            ping,
+            info: Err(unused()),
+            appendfsync: Err(unused()),
+            round,
+            version,
+            cluster: Some(masters),
         }
     }
 }
@@ -90,8 +134,18 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
         .iter()
         .map(|address| address.as_deref().and_then(Endpoint::from_address))
         .collect();
-    let infos: Vec<Option<&HashMap<String, String>>> =
-        facts.iter().map(|f| f.info.as_ref().ok()).collect();
+    // A cluster member's INFO is its masters', judged apart.
+    let infos: Vec<Option<&HashMap<String, String>>> = facts
+        .iter()
+        .map(|f| f.info.as_ref().ok().filter(|_| f.cluster.is_none()))
+        .collect();
+    let clusters: Vec<Option<&[MasterFacts]>> = facts
+        .iter()
+        .map(|f| match &f.cluster {
+            Some(Ok(masters)) => Some(masters.as_slice()),
+            _ => None,
+        })
+        .collect();
     let mut checks = Vec::new();
     for (node, fact) in facts.iter().enumerate() {
         let mut row = |kind, (status, reason): (CheckStatus, String)| {
@@ -123,6 +177,60 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
                 }
                 continue;
             }
+        }
+        if let Some(masters) = &fact.cluster {
+            let masters = match masters {
+                Ok(masters) => masters,
+                Err(error) => {
+                    let reason = format!("not checked: the cluster's masters unknown: {error}");
+                    for kind in [
+                        CheckKind::Distinct,
+                        CheckKind::Independent,
+                        CheckKind::Eviction,
+                        CheckKind::Persistence,
+                    ] {
+                        row(kind, warn(reason.clone()));
+                    }
+                    row(CheckKind::Permissions, permissions(&fact.round));
+                    row(CheckKind::Version, cluster_version(&fact.version));
+                    continue;
+                }
+            };
+            row(
+                CheckKind::Distinct,
+                distinct_cluster(node, masters, &infos, &clusters),
+            );
+            row(
+                CheckKind::Independent,
+                independent_cluster(node, masters, &clusters),
+            );
+            row(
+                CheckKind::Eviction,
+                over_masters(masters, |master| match &master.info {
+                    Ok(info) => eviction(info),
+                    Err(error) => warn(format!("not checked: INFO refused: {error}")),
+                }),
+            );
+            row(
+                CheckKind::Persistence,
+                over_masters(masters, |master| match &master.info {
+                    Ok(info) => persistence(info, &master.appendfsync),
+                    Err(error) => warn(format!("not checked: INFO refused: {error}")),
+                }),
+            );
+            row(
+                CheckKind::Permissions,
+                over_masters(masters, |master| match &master.round {
+                    Some(round) => permissions(round),
+                    None => warn(
+                        "not checked: no scratch name with this prefix lands on this master \
+                         (the prefix has a hash tag)"
+                            .to_owned(),
+                    ),
+                }),
+            );
+            row(CheckKind::Version, cluster_version(&fact.version));
+            continue;
         }
         match &fact.info {
             Ok(info) => {
@@ -157,6 +265,35 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
 }
 
 type Verdict = (CheckStatus, String);
+
+/// A cluster member's verdict from each master's: the worst, with the masters that have it (or
+/// the one reason every master shares).
+fn over_masters(masters: &[MasterFacts], judge: impl Fn(&MasterFacts) -> Verdict) -> Verdict {
+    let verdicts: Vec<(&str, Verdict)> = masters
+        .iter()
+        .map(|master| (master.address.as_str(), judge(master)))
+        .collect();
+    let Some(worst) = verdicts.iter().map(|(_, (status, _))| *status).max() else {
+        return warn("not checked: the cluster has no master serving slots".to_owned());
+    };
+    let first = &verdicts[0].1;
+    if verdicts.iter().all(|(_, verdict)| verdict == first) {
+        return (
+            worst,
+            format!("every master ({}): {}", masters.len(), first.1),
+        );
+    }
+    let named: Vec<String> = verdicts
+        .iter()
+        .filter(|(_, (status, _))| *status == worst)
+        .map(|(address, (_, reason))| format!("{address}: {reason}"))
+        .collect();
+    let count = named.len();
+    (
+        worst,
+        format!("{count} of {} masters: {}", masters.len(), named.join("; ")),
+    )
+}
 
 fn pass(reason: String) -> Verdict {
     (CheckStatus::Pass, reason)
@@ -195,6 +332,27 @@ mod tests {
             appendfsync: Ok("always".to_owned()),
             round: Round::Done,
             version: Ok(ServerVersion::Redis(Version::new(7, 0, 15))),
+            cluster: None,
+        }
+    }
+
+    /// A cluster member whose masters answer `infos` (one per master), with node IDs `ids`.
+    pub(super) fn cluster_facts(infos: &[&str], ids: &[&str]) -> Facts {
+        let masters = infos
+            .iter()
+            .zip(ids)
+            .enumerate()
+            .map(|(i, (text, id))| MasterFacts {
+                address: format!("10.0.0.{i}:7000"),
+                id: (*id).to_owned(),
+                info: Ok(info(text)),
+                appendfsync: Ok("always".to_owned()),
+                round: Some(Round::Done),
+            })
+            .collect();
+        Facts {
+            cluster: Some(Ok(masters)),
+            ..facts("")
         }
     }
 

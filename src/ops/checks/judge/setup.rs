@@ -2,8 +2,10 @@
 
 use std::collections::HashMap;
 
+use super::super::CheckStatus;
 use super::{Answer, Round, Verdict, fail, field, pass, warn};
-use crate::nodes::version::{Needs, ServerVersion};
+use crate::error::NodeErrorKind;
+use crate::nodes::version::{CLUSTER_NOTICES, Needs, ServerVersion};
 use crate::primitives::{self, mutex};
 
 pub(super) fn eviction(info: &HashMap<String, String>) -> Verdict {
@@ -102,6 +104,33 @@ pub(super) fn version(version: &Answer<ServerVersion>) -> Verdict {
         fail(reason)
     } else {
         warn(reason)
+    }
+}
+
+/// A cluster member's version row: its oldest master's, judged as a node's, and its release
+/// notices, which need `SPUBLISH` (see `version::CLUSTER_NOTICES`).
+pub(super) fn cluster_version(version: &Answer<ServerVersion>) -> Verdict {
+    let verdict = self::version(version);
+    let Ok(known) = version else {
+        return verdict;
+    };
+    match known.allows(&CLUSTER_NOTICES) {
+        Err(refused) if verdict.0 == CheckStatus::Pass => warn(format!(
+            "{known}: {}, refused on this member; every other primitive runs",
+            refused_needs(&refused)
+        )),
+        Err(refused) if verdict.0 == CheckStatus::Warn => {
+            warn(format!("{}; {}", verdict.1, refused_needs(&refused)))
+        }
+        _ => verdict,
+    }
+}
+
+/// "... need 7.0 or later", from a refusal of the version gate.
+fn refused_needs(refused: &NodeErrorKind) -> String {
+    match refused {
+        NodeErrorKind::TooOld { what, needs, .. } => format!("{what} need {needs} or later"),
+        other => other.to_string(),
     }
 }
 

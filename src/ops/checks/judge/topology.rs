@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use super::{Verdict, fail, field, pass, warn};
+use super::{MasterFacts, Verdict, fail, field, pass, warn};
 
 /// Lists node indices as `node 1` or `nodes 1, 3`.
 fn node_list(nodes: &[usize]) -> String {
@@ -54,8 +54,11 @@ pub(super) fn independent(
     endpoints: &[Option<Endpoint>],
 ) -> Verdict {
     if field(info, "cluster_enabled") == Some("1") {
+        // redmutex's own connections reach a cluster node's whole cluster (judged apart): this
+        // is a connection the caller built to one node.
         return fail(
-            "a Redis Cluster node: its keyspace is shared, it is not an independent vote"
+            "a Redis Cluster node reached by a standalone connection: it sees the keys of its \
+             own slots only (give its URL, a ClusterClient or a ClusterConnection instead)"
                 .to_owned(),
         );
     }
@@ -125,6 +128,98 @@ pub(super) fn independent(
         ));
     }
     pass("an independent master".to_owned())
+}
+
+/// Whether a cluster member shares a server with another member: the same `run_id` among its
+/// masters and the other's (two cluster members that share one are the `independent` check's
+/// failure too; a standalone server is never a cluster's master).
+pub(super) fn distinct_cluster(
+    node: usize,
+    masters: &[MasterFacts],
+    infos: &[Option<&HashMap<String, String>>],
+    clusters: &[Option<&[MasterFacts]>],
+) -> Verdict {
+    let run_ids = |masters: &[MasterFacts]| -> Vec<String> {
+        masters
+            .iter()
+            .filter_map(|master| master.info.as_ref().ok())
+            .filter_map(|info| field(info, "run_id").filter(|id| !id.is_empty()))
+            .map(str::to_owned)
+            .collect()
+    };
+    let own = run_ids(masters);
+    if own.is_empty() {
+        return warn("not checked: no master's INFO shows a run_id".to_owned());
+    }
+    let same: Vec<usize> = (0..infos.len().max(clusters.len()))
+        .filter(|&other| other != node)
+        .filter(|&other| {
+            let standalone = infos
+                .get(other)
+                .copied()
+                .flatten()
+                .and_then(|info| field(info, "run_id"));
+            let theirs = clusters.get(other).copied().flatten().map(run_ids);
+            standalone.is_some_and(|id| own.iter().any(|own| own == id))
+                || theirs.is_some_and(|ids| ids.iter().any(|id| own.contains(id)))
+        })
+        .collect();
+    if same.is_empty() {
+        pass(format!(
+            "the run_ids of its {} masters are unique among the nodes",
+            own.len()
+        ))
+    } else {
+        fail(format!(
+            "shares servers with {}: it counts twice towards the quorum",
+            node_list(&same)
+        ))
+    }
+}
+
+/// Whether a cluster member is independent of the other members: no master of another cluster
+/// member shares a node ID with its masters (two URLs of one cluster are one keyspace). Its own
+/// replicas warn, as a standalone master's do: a failover to one can lose locks written just
+/// before.
+pub(super) fn independent_cluster(
+    node: usize,
+    masters: &[MasterFacts],
+    clusters: &[Option<&[MasterFacts]>],
+) -> Verdict {
+    let ids: Vec<&str> = masters
+        .iter()
+        .map(|master| master.id.as_str())
+        .filter(|id| !id.is_empty())
+        .collect();
+    let same: Vec<usize> = clusters
+        .iter()
+        .enumerate()
+        .filter(|&(other, _)| other != node)
+        .filter(|(_, theirs)| {
+            theirs.is_some_and(|theirs| theirs.iter().any(|m| ids.contains(&m.id.as_str())))
+        })
+        .map(|(other, _)| other)
+        .collect();
+    if !same.is_empty() {
+        return fail(format!(
+            "the same Redis Cluster as {} (shared node IDs): one keyspace, not independent votes",
+            node_list(&same)
+        ));
+    }
+    let replicas: usize = masters
+        .iter()
+        .filter_map(|master| master.info.as_ref().ok())
+        .filter_map(|info| field(info, "connected_slaves")?.parse::<usize>().ok())
+        .sum();
+    let what = format!("a Redis Cluster of {} masters, one member", masters.len());
+    if replicas > 0 {
+        warn(format!(
+            "{what}, with {replicas} replica(s): a failover to one can lose locks written just \
+             before it"
+        ))
+    } else {
+        pass(what)
+    }
 }
 
 fn is_zeros(id: &str) -> bool {
@@ -300,6 +395,78 @@ mod tests {
             status_of(&report, 1, CheckKind::Independent),
             CheckStatus::Fail
         );
+    }
+
+    #[test]
+    fn a_cluster_member_is_independent_unless_another_member_is_its_cluster() {
+        let masters = [HEALTHY, &HEALTHY.replace("aaaa", "bbbb")];
+        let other = [
+            &*HEALTHY.replace("aaaa", "cccc"),
+            &HEALTHY.replace("aaaa", "dddd"),
+        ];
+        let masters: Vec<String> = masters
+            .iter()
+            .map(|m| m.replace("cluster_enabled:0", "cluster_enabled:1"))
+            .collect();
+        let masters: Vec<&str> = masters.iter().map(String::as_str).collect();
+        let report = judge(
+            &[
+                cluster_facts(&masters, &["id1", "id2"]),
+                healthy("e", "5"),
+                cluster_facts(&other, &["id3", "id4"]),
+            ],
+            vec![address(1), address(2), address(3)],
+        );
+        for kind in [
+            CheckKind::Distinct,
+            CheckKind::Independent,
+            CheckKind::Eviction,
+        ] {
+            let (status, reason) = verdict(&report, 0, kind);
+            assert_eq!(status, CheckStatus::Pass, "{kind}: {reason}");
+        }
+        let (_, reason) = verdict(&report, 0, CheckKind::Independent);
+        assert!(reason.contains("Redis Cluster of 2 masters"), "{reason}");
+        assert!(!report.has_failures(), "{:#?}", report.checks());
+
+        // Two URLs of one cluster: the same masters behind both.
+        let report = judge(
+            &[
+                cluster_facts(&masters, &["id1", "id2"]),
+                healthy("e", "5"),
+                cluster_facts(&masters, &["id2", "id1"]),
+            ],
+            vec![address(1), address(2), address(3)],
+        );
+        for node in [0, 2] {
+            let (status, reason) = verdict(&report, node, CheckKind::Independent);
+            assert_eq!(status, CheckStatus::Fail);
+            assert!(
+                reason.contains("the same Redis Cluster as node"),
+                "{reason}"
+            );
+            assert_eq!(
+                status_of(&report, node, CheckKind::Distinct),
+                CheckStatus::Fail
+            );
+        }
+        assert_eq!(
+            status_of(&report, 1, CheckKind::Independent),
+            CheckStatus::Pass
+        );
+        assert_eq!(report.sound_nodes(), 1);
+    }
+
+    #[test]
+    fn a_cluster_with_replicas_warns() {
+        let master = HEALTHY.replace(
+            "connected_slaves:0",
+            "connected_slaves:1\r\nslave0:ip=10.0.0.9,port=7003,state=online",
+        );
+        let report = judge(&[cluster_facts(&[&master], &["id1"])], vec![address(1)]);
+        let (status, reason) = verdict(&report, 0, CheckKind::Independent);
+        assert_eq!(status, CheckStatus::Warn);
+        assert!(reason.contains("1 replica(s)"), "{reason}");
     }
 
     #[test]

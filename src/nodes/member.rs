@@ -1,0 +1,104 @@
+//! What [`Redlock::from_clients`](crate::Redlock::from_clients) takes for each member of the
+//! quorum: a client of one node, or a caller's cluster client.
+
+use std::fmt;
+
+use super::reconnect::address_of;
+
+/// One member of the quorum, as [`Redlock::from_clients`](crate::Redlock::from_clients) takes
+/// it: a `redis::Client` of one node, or (with the `cluster` feature, on by default) a
+/// `redis::cluster::ClusterClient` of a whole Redis Cluster. Both convert with `into()`, so a
+/// list of either kind, or of both through this enum, is accepted as is.
+///
+/// A `Node` whose server runs Redis Cluster stands for its whole cluster: redmutex notices when
+/// it connects (`INFO cluster`) and talks to the cluster through the redis crate's cluster
+/// client, made from the node's connection info (credentials, TLS mode, protocol). Pass a
+/// `Cluster` instead when that info is not enough: TLS with a private CA or a client certificate
+/// (`ClusterClientBuilder::certs`, which a `redis::Client`'s certificates do not carry over to),
+/// several seed nodes, or other settings of the cluster client. Build it without a response
+/// timeout (redmutex bounds every call itself), without reading from replicas (the default: a
+/// replica may lag behind its master), and with `use_protocol(ProtocolVersion::RESP3)` for
+/// wake-up on release, whose sharded notices reach a cluster client only as RESP3 pushes.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let standalone = testenv::Cluster::start(2);
+/// # let cluster = testenv::RedisCluster::start(3, 0);
+/// use redis::cluster::ClusterClient;
+/// use redmutex::{MemberClient, Redlock};
+///
+/// // Two standalone servers and one Redis Cluster: three members, a quorum of two.
+/// let members: Vec<MemberClient> = vec![
+///     redis::Client::open(standalone.urls()[0].as_str())?.into(),
+///     redis::Client::open(standalone.urls()[1].as_str())?.into(),
+///     ClusterClient::builder(cluster.urls())
+///         .use_protocol(redis::ProtocolVersion::RESP3)
+///         .build()?
+///         .into(),
+/// ];
+/// let redlock = Redlock::from_clients(members).await?;
+/// assert_eq!(redlock.len(), 3);
+/// let lock = redlock.new_mutex("report:weekly").lock().await?;
+/// lock.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+#[allow(clippy::large_enum_variant)] // one per member, made once: boxing would only cost callers
+pub enum MemberClient {
+    /// A client of one node: a standalone server, or any node of a Redis Cluster, which then
+    /// stands for its whole cluster.
+    Node(redis::Client),
+    /// A Redis Cluster, through a cluster client the caller built.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster::ClusterClient),
+}
+
+impl From<redis::Client> for MemberClient {
+    fn from(client: redis::Client) -> Self {
+        MemberClient::Node(client)
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl From<redis::cluster::ClusterClient> for MemberClient {
+    fn from(client: redis::cluster::ClusterClient) -> Self {
+        MemberClient::Cluster(client)
+    }
+}
+
+impl MemberClient {
+    /// The member's address for messages, without credentials: the node's URL, or, for a cluster
+    /// client (which does not tell its seed nodes), what it is.
+    pub(crate) fn address(&self) -> String {
+        match self {
+            MemberClient::Node(client) => address_of(client),
+            #[cfg(feature = "cluster")]
+            MemberClient::Cluster(_) => "a Redis Cluster (ClusterClient)".to_owned(),
+        }
+    }
+
+    /// Whether it is known to reach a cluster before any connection is made.
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            MemberClient::Node(_) => false,
+            #[cfg(feature = "cluster")]
+            MemberClient::Cluster(_) => true,
+        }
+    }
+}
+
+impl fmt::Debug for MemberClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The redis crate's own output holds the connection info: show the address only.
+        match self {
+            MemberClient::Node(_) => write!(f, "Node({})", self.address()),
+            #[cfg(feature = "cluster")]
+            MemberClient::Cluster(_) => f.write_str("Cluster(ClusterClient)"),
+        }
+    }
+}
