@@ -558,6 +558,10 @@ impl RedisCluster {
     /// and the cluster has settled ([`wait_ok`](RedisCluster::wait_ok)); the old master is then a
     /// replica of the new one.
     ///
+    /// The masters have then voted on this shard, and vote on it again only after twice the
+    /// [`node_timeout`](RedisCluster::node_timeout): a master of the shard killed sooner may not
+    /// be replaced, so a test that kills one after a failover waits that long first.
+    ///
     /// # Panics
     ///
     /// If `replica` is not a replica of this cluster, or the failover does not complete within
