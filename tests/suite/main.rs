@@ -33,6 +33,7 @@ mod keys;
 mod multi;
 mod network;
 mod recovery;
+mod replica_acks;
 mod rwlock;
 mod safety;
 mod semaphore;
