@@ -20,6 +20,7 @@ mod cancel;
 mod checks;
 mod cluster_keys;
 mod cluster_member;
+mod cluster_primitives;
 mod config;
 mod connecting;
 mod contention;
