@@ -378,7 +378,12 @@ pub(crate) async fn call(
     request: impl Borrow<Request>,
 ) -> Result<u64, NodeErrorKind> {
     let (connection, request) = (connection.borrow_mut(), request.borrow());
-    let member = connection.member();
+    let member = match connection.known_member() {
+        Some(member) => member,
+        // The first call on a connection not made yet: made first, so that the request goes out
+        // in its member's form.
+        None => connection.learn_member().await?,
+    };
     let packed = match request.message(member).map_err(NodeErrorKind::clone)? {
         Message::One(cmd) => Packed::One(cmd),
         Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),

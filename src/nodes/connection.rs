@@ -168,9 +168,8 @@ impl NodeConnection {
 
     /// What kind of member this connection reaches, as far as it knows: a connection that has
     /// not yet learned it counts as a standalone server. redmutex's own connection learns it when
-    /// it is made (a request built before that, sent on a cluster, goes out in the standalone
-    /// form: it costs at most a notice nobody hears); a caller's connection is what its type
-    /// says.
+    /// it is made (a request's call waits for that, see [`learn_member`](Self::learn_member)); a
+    /// caller's connection is what its type says.
     // Requests read it to pick their form; in this layer only the cluster listener does.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn member(&self) -> Member {
@@ -180,6 +179,26 @@ impl NodeConnection {
             #[cfg(feature = "cluster")]
             Connection::Cluster(..) => Member::Cluster,
         }
+    }
+
+    /// What kind of member this connection reaches, where known: redmutex's own connection knows
+    /// once it was made (see [`member`](Self::member)).
+    pub(crate) fn known_member(&self) -> Option<Member> {
+        match &self.0.connection {
+            Connection::Own(c) => c.known_member(),
+            _ => Some(self.member()),
+        }
+    }
+
+    /// What kind of member this connection reaches, connecting first where that is not known
+    /// yet: for a request's first call on redmutex's own connection, which must go out in the
+    /// form of its member (a fenced acquire in the standalone form also reads a key of the
+    /// previous layout, in another slot, which a cluster refuses).
+    pub(crate) async fn learn_member(&mut self) -> Result<Member, NodeErrorKind> {
+        if let Connection::Own(c) = &self.0.connection {
+            c.version().await.map_err(node_error)?;
+        }
+        Ok(self.member())
     }
 
     /// What redmutex's own connection connects through; `None` for the caller's connections.

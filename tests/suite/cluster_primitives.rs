@@ -193,6 +193,27 @@ async fn inspect_and_force_unlock_every_primitive() {
     assert_eq!(cluster.dbsize(), 1, "only the fencing counter is left");
 }
 
+/// The first lock of a fresh client goes out in the cluster's form although its connection was
+/// not made yet: a fenced acquire in the standalone form also reads the previous layout's counter,
+/// in another slot, which the cluster refuses (`CROSSSLOT`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_clients_first_fenced_lock_takes_the_clusters_form() {
+    let cluster = RedisCluster::start(3, 0);
+    for round in 0..3 {
+        let redlock = member(&cluster).await;
+        let name = format!("cluster-primitives:first:{round}");
+        let lock = redlock
+            .new_mutex(&name)
+            .with_fencing(true)
+            .with_tries(1)
+            .lock()
+            .await
+            .unwrap_or_else(|error| panic!("the first lock: {error}"));
+        assert_eq!(lock.token(), Some(1));
+        lock.unlock().await.expect("unlock");
+    }
+}
+
 /// A held lock kept alive past several expiries on a cluster member, then unlocked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_holds_past_several_expiries() {
