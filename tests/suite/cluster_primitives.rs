@@ -312,3 +312,137 @@ async fn names_with_their_own_tag_keep_every_key_in_its_slot() {
     reader.unlock().await.expect("unlock");
     fair.unlock().await.expect("unlock");
 }
+
+/// The node whose URL made the member dies, and its replica takes over: the member follows the
+/// cluster to the new master rather than waiting for that node to come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_node_may_die() {
+    let cluster = RedisCluster::start(3, 1);
+    let name = "cluster-primitives:seed";
+    let seed = cluster.master_of_key(name);
+    let redlock = Redlock::connect([seed.url()]).await.expect("a URL");
+    let mutex = redlock
+        .new_mutex(name)
+        .with_timeout_factor(0.1)
+        .with_tries(1);
+    let lock = mutex.lock().await.expect("free");
+    lock.unlock().await.expect("unlock");
+    let replica = cluster.replicas_of(seed)[0];
+    seed.kill();
+    cluster.takeover(replica);
+    let mut last = None;
+    for _ in 0..100 {
+        match mutex.lock().await {
+            Ok(lock) => {
+                assert_eq!(replica.get(name).as_deref(), Some(lock.value()));
+                lock.unlock().await.expect("unlock");
+                return;
+            }
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no lock on the new master: {last:?}");
+}
+
+/// Fencing tokens across a failover that loses a write. A master replicates asynchronously: here
+/// its replica stops (SIGSTOP) and the master drops it (`repl-timeout 1`), a fenced lock raises the
+/// counter on the master alone, and the master dies; the replica takes over with the older
+/// counter. The tokens handed out by this one member are returned, in order.
+async fn tokens_across_a_lost_write(replica_acks: u32) -> Vec<u64> {
+    let cluster = RedisCluster::start(3, 1);
+    let name = "cluster-primitives:fenced";
+    let master = cluster.master_of_key(name);
+    let replica = cluster.replicas_of(master)[0];
+    let redlock = member(&cluster).await;
+    let fenced = |replica_acks| {
+        redlock
+            .new_mutex(name)
+            .with_fencing(true)
+            .with_expiry(Duration::from_secs(30))
+            .with_timeout_factor(0.02)
+            .with_tries(1)
+            .with_replica_acks(replica_acks)
+    };
+    let mutex = fenced(replica_acks);
+    let mut tokens = Vec::new();
+    let lock = mutex.lock().await.expect("free");
+    tokens.extend(lock.token());
+    lock.unlock().await.expect("unlock");
+    let counter = beside(name, ":fence");
+    let replicated = || {
+        let mut connection = replica.connection();
+        redis::cmd("READONLY")
+            .query::<()>(&mut connection)
+            .expect("READONLY");
+        let value: Option<String> = redis::cmd("GET")
+            .arg(&counter)
+            .query(&mut connection)
+            .expect("GET");
+        value.as_deref() == Some("1")
+    };
+    crate::support::within(
+        Duration::from_secs(10),
+        "the counter replicated",
+        replicated,
+    )
+    .await;
+
+    master.config_set("repl-timeout", "1");
+    replica.pause();
+    let dropped = || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut master.connection())
+            .expect("INFO");
+        info.lines().any(|line| line.trim() == "connected_slaves:0")
+    };
+    crate::support::within(Duration::from_secs(20), "the replica dropped", dropped).await;
+    // Raised on the master alone: no replica is connected to receive it.
+    if let Ok(lock) = mutex.lock().await {
+        tokens.extend(lock.token());
+        lock.unlock().await.expect("unlock");
+    }
+    master.kill();
+    replica.resume();
+    cluster.takeover(replica);
+    // The new master has no replica until one joins it, so acks would refuse every lock here.
+    let mutex = fenced(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let lock = loop {
+        match mutex.lock().await {
+            Ok(lock) => break lock,
+            Err(error) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no lock on the new master: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(cluster.master_of_key(name).port(), replica.port());
+    tokens.extend(lock.token());
+    lock.unlock().await.expect("unlock");
+    tokens
+}
+
+/// Without replica acks, a failover that loses the counter's last raise hands out a token
+/// already given: fencing tokens can repeat on a cluster member (as after a restart without
+/// persistence). With `with_replica_acks(1)` the raise the replica missed is never counted, so
+/// its token is never handed out, and tokens strictly increase across the failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_across_a_failover_need_replica_acks() {
+    let unacked = tokens_across_a_lost_write(0).await;
+    assert_eq!(
+        unacked,
+        [1, 2, 2],
+        "the lost raise's token is handed out again"
+    );
+    let acked = tokens_across_a_lost_write(1).await;
+    assert!(
+        acked.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens strictly increase: {acked:?}"
+    );
+    assert_eq!(acked, [1, 2], "the unacknowledged raise handed out nothing");
+}
