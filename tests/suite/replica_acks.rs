@@ -89,6 +89,45 @@ async fn a_lock_counts_once_its_replica_has_the_key() {
             assert_eq!(other.calls("wait"), 0, "WAIT on {}", other.port());
         }
     }
+
+    // A read-write lock and a semaphore wait the same way, on their names' masters.
+    let rwlock = "replica-acks:rwlock";
+    let writer = redlock
+        .new_rwlock(rwlock)
+        .with_replica_acks(1)
+        .write()
+        .await
+        .expect("free");
+    let owner = cluster.master_of_key(rwlock);
+    let earlier = if owner.port() == master.port() { 2 } else { 0 };
+    assert_eq!(owner.calls("wait"), earlier + 1);
+    writer.unlock().await.expect("unlock");
+    let semaphore = "replica-acks:semaphore";
+    let before = cluster.master_of_key(semaphore).calls("wait");
+    let permit = redlock
+        .new_semaphore(semaphore, 2)
+        .with_replica_acks(1)
+        .acquire()
+        .await
+        .expect("free");
+    let owner = cluster.master_of_key(semaphore);
+    assert_eq!(owner.calls("wait"), before + 1);
+    let mut connection = cluster.replicas_of(owner)[0].connection();
+    redis::cmd("READONLY")
+        .query::<()>(&mut connection)
+        .expect("READONLY");
+    let holders: i64 = redis::cmd("ZCOUNT")
+        .arg(semaphore)
+        .arg(0)
+        .arg("+inf")
+        .query(&mut connection)
+        .expect("ZCOUNT on the replica");
+    assert_eq!(holders, 1, "the replica has the permit");
+    permit.unlock().await.expect("unlock");
+
+    // A healthy cluster member with replicas passes the checks (replicas are a warning).
+    let report = redlock.checkup().run().await;
+    assert!(!report.has_failures(), "{:#?}", report.checks());
 }
 
 /// A paused replica acknowledges nothing: the cluster member fails with an error that says so,
