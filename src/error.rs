@@ -224,6 +224,27 @@ pub enum NodeErrorKind {
          (on by default; turned off here)"
     )]
     ClusterFeatureOff,
+    /// [`with_replica_acks`](crate::Mutex::with_replica_acks): the member took the lock write
+    /// (an acquire, an extension, a fencing raise), but fewer of the replicas of the master that
+    /// holds the key than asked acknowledged it (`WAIT`) within WAIT's timeout, half the node
+    /// timeout; so the member does not count. A standalone server without replicas answers this
+    /// to every write: `0 of 1 replicas acknowledged`.
+    ///
+    /// Not a [`refusal`](Self::is_refusal): a replica that is paused, resyncing or reconnecting
+    /// acknowledges again soon, so `lock()` keeps trying while other members may still make the
+    /// quorum.
+    #[error(
+        "{acknowledged} of {wanted} replicas acknowledged the write within {within:?} \
+         (with_replica_acks)"
+    )]
+    Unreplicated {
+        /// How many replicas acknowledged the write in time.
+        acknowledged: u64,
+        /// How many were asked for.
+        wanted: u32,
+        /// WAIT's timeout.
+        within: Duration,
+    },
 }
 
 impl NodeErrorKind {

@@ -51,7 +51,8 @@ pub(crate) async fn attempt_once(
 ) -> Result<Held, (Error, Cleanup)> {
     let nodes = resource.nodes();
     let round = matches!(op, Op::Round { .. });
-    let request = Request::new(op, resource.target(), value, plan.millis);
+    let request = Request::new(op, resource.target(), value, plan.millis)
+        .with_replica_acks(plan.replica_acks);
     // A fair round needs every node's answer: where it stands in line is part of the outcome.
     let (mut tally, in_flight) = if plan.fail_fast && !round {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await
@@ -139,7 +140,8 @@ async fn raise(
     counted: &[usize],
 ) -> Result<(Duration, Option<u64>), Error> {
     let nodes = resource.nodes();
-    let request = Request::new(Op::Raise(token), resource.target(), value, plan.millis);
+    let request = Request::new(Op::Raise(token), resource.target(), value, plan.millis)
+        .with_replica_acks(plan.replica_acks);
     let tally = fanout::all(nodes, request, plan.node_timeout, plan.shuffle_nodes).await;
     // Only raises on the nodes whose counters went into the token count. A node whose acquire
     // reply came too late to be counted may hold our value and accept the raise; counting it lets

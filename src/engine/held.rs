@@ -79,7 +79,8 @@ impl Held {
         // A release of a failed unlock must not land after this extend.
         self.cancel_in_flight();
         let resource = &self.resource;
-        let request = Request::new(Op::Extend, resource.target(), &self.value, plan.millis);
+        let request = Request::new(Op::Extend, resource.target(), &self.value, plan.millis)
+            .with_replica_acks(plan.replica_acks);
         let start = Instant::now();
         let tally = fanout::all(
             resource.nodes(),

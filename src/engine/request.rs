@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use redis::{Cmd, Pipeline, Value};
 
+use crate::engine::quorum::whole_millis;
+use crate::engine::settings::ReplicaAcks;
 use crate::engine::tally::Tally;
 use crate::engine::target::Target;
 use crate::error::NodeErrorKind;
@@ -80,6 +82,8 @@ pub(crate) struct Request {
     target: Arc<dyn Target>,
     value: Arc<str>,
     millis: u64,
+    /// The replicas that must acknowledge a lock write before its member counts.
+    replica_acks: Option<ReplicaAcks>,
 }
 
 impl Request {
@@ -104,6 +108,27 @@ impl Request {
             target: Arc::clone(target),
             value: Arc::clone(value),
             millis,
+            replica_acks: None,
+        }
+    }
+
+    /// The same request, whose lock writes count only once `acks` replicas acknowledged them
+    /// (see [`call`]); `None` leaves it as it is.
+    pub(crate) fn with_replica_acks(mut self, acks: Option<ReplicaAcks>) -> Self {
+        self.replica_acks = acks;
+        self
+    }
+
+    /// What a reply that says "ours" must wait for: the acknowledgements of a lock write. Every
+    /// operation that writes the lock's keys where our value holds them is one (the acquires,
+    /// extend, and the fencing raise: a counter a failover lost would hand the next holder a
+    /// token already given). A release is not: a lost release brings back a key of a value
+    /// nobody holds, on the failed-over master only, which blocks the name there until it expires
+    /// (as a release that never arrived does) and never lets a second holder in.
+    fn acks_for_ours(&self) -> Option<ReplicaAcks> {
+        match self.op {
+            Op::Release { .. } => None,
+            _ => self.replica_acks,
         }
     }
 
@@ -300,7 +325,7 @@ impl Request {
 /// specification says and `CLUSTER KEYSLOT` answers. Names with one hash tag share a slot, but
 /// so may others, by chance: the cluster accepts them in one script, and so does this.
 fn one_slot(names: &[Arc<str>]) -> bool {
-    let slot = |name: &str| crc16(hash_tag(name).unwrap_or(name).as_bytes()) % 16384;
+    let slot = |name: &str| slot_of(name);
     match names.split_first() {
         Some((first, rest)) => {
             let first = slot(first);
@@ -308,6 +333,11 @@ fn one_slot(names: &[Arc<str>]) -> bool {
         }
         None => true,
     }
+}
+
+/// The hash slot of `name` on a Redis Cluster, as `CLUSTER KEYSLOT` answers it.
+fn slot_of(name: &str) -> u16 {
+    crc16(hash_tag(name).unwrap_or(name).as_bytes()) % 16384
 }
 
 /// CRC16 as Redis Cluster hashes keys: polynomial 0x1021, initial value 0, no reflection, no
@@ -348,7 +378,12 @@ pub(crate) async fn call(
     request: impl Borrow<Request>,
 ) -> Result<u64, NodeErrorKind> {
     let (connection, request) = (connection.borrow_mut(), request.borrow());
-    let member = connection.member();
+    let member = match connection.known_member() {
+        Some(member) => member,
+        // The first call on a connection not made yet: made first, so that the request goes out
+        // in its member's form.
+        None => connection.learn_member().await?,
+    };
     let packed = match request.message(member).map_err(NodeErrorKind::clone)? {
         Message::One(cmd) => Packed::One(cmd),
         Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
@@ -362,7 +397,33 @@ pub(crate) async fn call(
         },
         reply => reply,
     };
-    request.interpret(reply)
+    let ours = request.interpret(reply)?;
+    if let Some(acks) = request.acks_for_ours() {
+        let slot = slot_of(request.target.first());
+        let millis = whole_millis(acks.timeout);
+        let reply = connection
+            .wait_replicas(slot, acks.replicas, millis)
+            .await?;
+        acknowledged(reply, acks)?;
+    }
+    Ok(ours)
+}
+
+/// Reads WAIT's reply: the member counts only if at least the replicas asked for acknowledged the
+/// write. One that did not keeps the write, which a failed attempt releases with the rest.
+fn acknowledged(reply: Value, acks: ReplicaAcks) -> Result<(), NodeErrorKind> {
+    match reply {
+        Value::Int(count) if count >= i64::from(acks.replicas) => Ok(()),
+        Value::Int(count) => Err(NodeErrorKind::Unreplicated {
+            acknowledged: count.max(0).unsigned_abs(),
+            wanted: acks.replicas,
+            within: acks.timeout,
+        }),
+        other => match other.extract_error() {
+            Err(error) => Err(NodeErrorKind::Redis(error)),
+            Ok(other) => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -374,6 +435,46 @@ mod tests {
     fn request(op: Op) -> Request {
         let target: Arc<dyn Target> = Arc::new(OneName::new("name"));
         Request::new(op, &target, &Arc::from("value"), 8000)
+    }
+
+    #[test]
+    fn a_write_counts_once_enough_replicas_acknowledged_it() {
+        let acks = ReplicaAcks {
+            replicas: 2,
+            timeout: Duration::from_millis(200),
+        };
+        assert!(acknowledged(Value::Int(2), acks).is_ok());
+        assert!(acknowledged(Value::Int(3), acks).is_ok());
+        let short = acknowledged(Value::Int(1), acks).expect_err("one of two");
+        assert_eq!(
+            short.to_string(),
+            "1 of 2 replicas acknowledged the write within 200ms (with_replica_acks)"
+        );
+        assert!(!short.is_refusal());
+        let refused = redis::parse_redis_value(b"-NOPERM no WAIT for you\r\n").unwrap();
+        assert!(
+            acknowledged(refused, acks)
+                .expect_err("refused")
+                .is_refusal()
+        );
+        assert!(matches!(
+            acknowledged(Value::Okay, acks),
+            Err(NodeErrorKind::UnexpectedReply(_))
+        ));
+        // Releases never wait; every lock write does.
+        let release = Op::Release {
+            notify: false,
+            hand_off: false,
+        };
+        for (op, waits) in [
+            (Op::Acquire, true),
+            (Op::Extend, true),
+            (Op::Raise(2), true),
+            (release, false),
+        ] {
+            let request = request(op).with_replica_acks(Some(acks));
+            assert_eq!(request.acks_for_ours().is_some(), waits, "{op:?}");
+        }
     }
 
     #[test]

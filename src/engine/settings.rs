@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::delay::RetryDelay;
-use crate::engine::quorum::expiry_millis;
+use crate::engine::quorum::{expiry_millis, whole_millis};
 use crate::engine::request::Op;
 use crate::engine::target::Target;
 use crate::engine::value::check_value;
@@ -38,6 +38,8 @@ pub(crate) struct Settings {
     pub fencing: bool,
     pub wake_on_release: bool,
     pub fair: bool,
+    /// Replicas that must acknowledge each lock write before its member counts; 0 is off.
+    pub replica_acks: u32,
     pub value_fn: Option<ValueFn>,
 }
 
@@ -54,6 +56,7 @@ impl Default for Settings {
             fencing: false,
             wake_on_release: false,
             fair: false,
+            replica_acks: 0,
             value_fn: None,
         }
     }
@@ -72,6 +75,7 @@ impl fmt::Debug for Settings {
             .field("fencing", &self.fencing)
             .field("wake_on_release", &self.wake_on_release)
             .field("fair", &self.fair)
+            .field("replica_acks", &self.replica_acks)
             .field("value_fn", &self.value_fn.as_ref().map(|_| "fn"))
             .finish()
     }
@@ -96,6 +100,45 @@ pub(crate) struct Plan {
     pub wake_on_release: bool,
     /// Waiting in the fair line across clients (see `waiting::fair`).
     pub fair: bool,
+    /// What each lock write waits for before its member counts; `None` when off.
+    pub replica_acks: Option<ReplicaAcks>,
+}
+
+/// How many replicas must acknowledge a lock write (`WAIT replicas timeout`) before the member
+/// that took it counts (see `request::call`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAcks {
+    pub replicas: u32,
+    /// WAIT's own timeout: half the node timeout, in whole milliseconds. The write and the WAIT
+    /// share the node timeout, which bounds the whole call; a WAIT that outlived it would leave
+    /// the member timed out instead of saying how many replicas answered, so the write gets the
+    /// other half for its round trip. Never 0, which WAIT reads as "forever".
+    pub timeout: Duration,
+}
+
+impl ReplicaAcks {
+    /// The acknowledgements for `replicas` (`None` for 0: off), for a node timeout of
+    /// `node_timeout`; `None` inside `Err` when the node timeout leaves WAIT no whole millisecond.
+    fn new(replicas: u32, node_timeout: Duration) -> Result<Option<ReplicaAcks>, Error> {
+        if replicas == 0 {
+            return Ok(None);
+        }
+        let millis = whole_millis(node_timeout / 2);
+        if millis == 0 {
+            return Err(Error::config(
+                "replica_acks",
+                format!(
+                    "WAIT for replicas gets half the node timeout (expiry * timeout_factor, here \
+                     {node_timeout:?}), and needs at least 1ms of it: lengthen the expiry or the \
+                     timeout factor"
+                ),
+            ));
+        }
+        Ok(Some(ReplicaAcks {
+            replicas,
+            timeout: Duration::from_millis(millis),
+        }))
+    }
 }
 
 impl Plan {
@@ -165,10 +208,12 @@ impl Settings {
         }
         let millis = expiry_millis(self.expiry);
         let expiry = Duration::from_millis(millis);
+        let node_timeout = expiry.mul_f64(self.timeout_factor);
+        let replica_acks = ReplicaAcks::new(self.replica_acks, node_timeout)?;
         Ok(Plan {
             expiry,
             millis,
-            node_timeout: expiry.mul_f64(self.timeout_factor),
+            node_timeout,
             tries: self.tries,
             retry_delay: self.retry_delay.clone(),
             drift_factor: self.drift_factor,
@@ -177,6 +222,7 @@ impl Settings {
             fencing: self.fencing,
             wake_on_release: self.wake_on_release || self.fair,
             fair: self.fair,
+            replica_acks,
         })
     }
 
@@ -222,6 +268,32 @@ mod tests {
         assert_eq!(plan.tries, 32);
         assert_eq!(plan.drift_factor, 0.01);
         assert!(!plan.fail_fast && !plan.shuffle_nodes);
+        assert_eq!(plan.replica_acks, None);
+    }
+
+    #[test]
+    fn replica_acks_wait_half_the_node_timeout() {
+        let acks = |replica_acks, expiry| {
+            Settings {
+                replica_acks,
+                expiry,
+                ..Settings::default()
+            }
+            .plan(&target("n"))
+        };
+        let plan = acks(2, Duration::from_secs(8)).expect("valid");
+        let expected = ReplicaAcks {
+            replicas: 2,
+            timeout: Duration::from_millis(200),
+        };
+        assert_eq!(plan.replica_acks, Some(expected));
+        assert_eq!(
+            acks(0, Duration::from_millis(1)).unwrap().replica_acks,
+            None
+        );
+        // 0.05 of 20ms is 1ms: half of it is no whole millisecond.
+        assert_eq!(field(acks(1, Duration::from_millis(20))), "replica_acks");
+        assert!(acks(1, Duration::from_millis(40)).is_ok());
     }
 
     #[test]

@@ -168,9 +168,8 @@ impl NodeConnection {
 
     /// What kind of member this connection reaches, as far as it knows: a connection that has
     /// not yet learned it counts as a standalone server. redmutex's own connection learns it when
-    /// it is made (a request built before that, sent on a cluster, goes out in the standalone
-    /// form: it costs at most a notice nobody hears); a caller's connection is what its type
-    /// says.
+    /// it is made (a request's call waits for that, see [`learn_member`](Self::learn_member)); a
+    /// caller's connection is what its type says.
     // Requests read it to pick their form; in this layer only the cluster listener does.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn member(&self) -> Member {
@@ -180,6 +179,26 @@ impl NodeConnection {
             #[cfg(feature = "cluster")]
             Connection::Cluster(..) => Member::Cluster,
         }
+    }
+
+    /// What kind of member this connection reaches, where known: redmutex's own connection knows
+    /// once it was made (see [`member`](Self::member)).
+    pub(crate) fn known_member(&self) -> Option<Member> {
+        match &self.0.connection {
+            Connection::Own(c) => c.known_member(),
+            _ => Some(self.member()),
+        }
+    }
+
+    /// What kind of member this connection reaches, connecting first where that is not known
+    /// yet: for a request's first call on redmutex's own connection, which must go out in the
+    /// form of its member (a fenced acquire in the standalone form also reads a key of the
+    /// previous layout, in another slot, which a cluster refuses).
+    pub(crate) async fn learn_member(&mut self) -> Result<Member, NodeErrorKind> {
+        if let Connection::Own(c) = &self.0.connection {
+            c.version().await.map_err(node_error)?;
+        }
+        Ok(self.member())
     }
 
     /// What redmutex's own connection connects through; `None` for the caller's connections.
@@ -201,6 +220,33 @@ impl NodeConnection {
             Connection::Cluster(c, _) => Ok(Some(c.clone())),
             Connection::Manager(..) | Connection::Multiplexed(..) => Ok(None),
         }
+    }
+
+    /// `WAIT replicas timeout_ms` where this connection's last write went: on a standalone
+    /// server, the server; on a cluster, the master of `slot` (the crate would send a command
+    /// without keys to any node, whose count says nothing of the write). WAIT counts the
+    /// replicas that acknowledged everything this connection wrote so far, so it must go out on
+    /// the connection the write went out on: a cluster client keeps one connection per node, and
+    /// the write to the slot went to that master's. Its reply: how many replicas did.
+    pub(crate) async fn wait_replicas(
+        &mut self,
+        slot: u16,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> Result<Value, NodeErrorKind> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout_ms);
+        #[cfg(feature = "cluster")]
+        if self.member() == Member::Cluster
+            && let Some(mut cluster) = self.cluster().await?
+        {
+            return super::cluster::on_master_of(&mut cluster, slot, wait)
+                .await
+                .map_err(NodeErrorKind::Redis);
+        }
+        #[cfg(not(feature = "cluster"))]
+        let _ = slot;
+        self.send(&wait).await.map_err(node_error)
     }
 
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large

@@ -86,6 +86,9 @@ pub(crate) struct Reconnecting {
     /// Whether the latest connection reaches a Redis Cluster: what [`member`](Self::member) reads
     /// on every call, without the slot's lock.
     cluster: AtomicBool,
+    /// Whether [`cluster`](Self::cluster) is known: a connection was made, or the client is a
+    /// cluster client.
+    known: AtomicBool,
     /// A `MOVED` reply showed a cluster that `INFO` did not (refused): every connection from then
     /// on is made as a cluster's.
     moved: AtomicBool,
@@ -168,6 +171,7 @@ impl Reconnecting {
         Reconnecting {
             address: client.address(),
             cluster: AtomicBool::new(client.is_cluster()),
+            known: AtomicBool::new(client.is_cluster()),
             client,
             scripts,
             slot: Mutex::new(Slot::Idle {
@@ -294,6 +298,12 @@ impl Reconnecting {
         }
     }
 
+    /// [`member`](Self::member) once a connection was made (or the client is a cluster
+    /// client); `None` before.
+    pub(crate) fn known_member(&self) -> Option<Member> {
+        self.known.load(Ordering::Acquire).then(|| self.member())
+    }
+
     fn slot(&self) -> MutexGuard<'_, Slot> {
         // Every change of the slot is one assignment, so a panic elsewhere cannot leave it torn.
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
@@ -358,6 +368,7 @@ impl Reconnecting {
                 tracing::debug!(node = %self.address, member = ?live.member(), "node connection made");
                 self.cluster
                     .store(live.member() == Member::Cluster, Ordering::Relaxed);
+                self.known.store(true, Ordering::Release);
                 Slot::Ready(live.clone())
             }
             Err(error) => {

@@ -408,6 +408,54 @@ impl Mutex {
         self.with_settings(|s| s.fair = fair)
     }
 
+    /// Counts a member only once `replicas` replicas of the master that took a lock write
+    /// acknowledged it. Default 0: off, and nothing more is sent.
+    ///
+    /// A master replicates asynchronously, so a replica promoted after its master failed may
+    /// lack a lock key written just before (to Redlock, that member forgot the lock). With this
+    /// set, each lock write that counts (an acquisition, an [`extend`](Lock::extend), and the
+    /// raise of a fencing counter) is followed by `WAIT replicas timeout` on the master that
+    /// holds the name's key (on a Redis Cluster, the master of the name's slot), and the member
+    /// counts only if at least `replicas` replicas acknowledged it; otherwise it is a failed
+    /// member ([`NodeErrorKind::Unreplicated`](crate::NodeErrorKind::Unreplicated), "0 of 1
+    /// replicas acknowledged ...") and a failed attempt releases its write with the rest. WAIT's
+    /// timeout is half the node timeout (`expiry * timeout_factor`), so that the write and the
+    /// WAIT answer within it; an expiry whose node timeout leaves WAIT no whole millisecond is
+    /// refused ([`Error::Config`]). Releases do not wait: a release a failover lost brings back a
+    /// key nobody holds, which blocks the name on that member until it expires and never admits
+    /// a second holder. A standalone server without replicas never counts with this set.
+    ///
+    /// What it does not do: WAIT makes no write synchronous. A failover may still promote a
+    /// replica that did not acknowledge (one of more than `replicas`, or after a manual
+    /// `CLUSTER FAILOVER TAKEOVER`), and a write acknowledged by a replica that then fails with
+    /// its master is lost all the same; Redis documents WAIT as making such losses less likely,
+    /// not impossible. Redlock's own answer to a member that forgot stays the quorum (and
+    /// [fencing](Mutex::with_fencing)). While a WAIT waits, Redis holds back the connection's
+    /// later commands, so a replica that stops answering slows this client's operations on that
+    /// master by up to WAIT's timeout. The user needs `+wait`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = testenv::RedisCluster::start(3, 1);
+    /// use redmutex::Redlock;
+    ///
+    /// // A Redis Cluster with one replica per master, as one member.
+    /// let redlock = Redlock::connect([cluster.seed_url()]).await?;
+    /// let mutex = redlock.new_mutex("ledger").with_replica_acks(1);
+    /// let lock = mutex.lock().await?; // a replica of the key's master has the key
+    /// lock.extend().await?; // and its new expiry
+    /// lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_replica_acks(self, replicas: u32) -> Self {
+        self.with_settings(|s| s.replica_acks = replicas)
+    }
+
     /// Sends to the nodes in a random order on each operation. Default false. With concurrent
     /// fan-out this rarely matters; it spreads who-asked-first when many clients race.
     ///

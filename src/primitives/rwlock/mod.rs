@@ -327,6 +327,25 @@ impl RwLock {
         self.with_settings(|s| s.wake_on_release = wake)
     }
 
+    /// Counts a member only once `replicas` replicas of the master that took a read or write
+    /// acquisition (or its extension) acknowledged the write: see [`Mutex::with_replica_acks`].
+    /// Default 0: off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let rwlock = redlock.new_rwlock("report").with_replica_acks(1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_replica_acks(self, replicas: u32) -> Self {
+        self.with_settings(|s| s.replica_acks = replicas)
+    }
+
     /// Sends to the nodes in a random order on each operation. Default false; see
     /// [`Mutex::with_shuffle_nodes`].
     ///

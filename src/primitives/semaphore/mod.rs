@@ -254,6 +254,24 @@ impl Semaphore {
         self.with(|m| m.with_fail_fast(fail_fast))
     }
 
+    /// Counts a member only once `replicas` replicas of the master that took a permit (or its
+    /// extension) acknowledged the write: see [`Mutex::with_replica_acks`]. Default 0: off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let workers = redlock.new_semaphore("workers", 4).with_replica_acks(1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_replica_acks(self, replicas: u32) -> Self {
+        self.with(|m| m.with_replica_acks(replicas))
+    }
+
     /// Wakes waiting [`acquire`](Semaphore::acquire) calls when a permit is given back, instead of
     /// leaving them to their retry delay (see [`Mutex::with_wake_on_release`]). Default false. Set
     /// it on every `Semaphore` of the name, holders and waiters alike.
