@@ -478,6 +478,11 @@ pub(super) async fn open(
     scripts: &[Script],
     moved: bool,
 ) -> RedisResult<Live> {
+    // Without the `cluster` feature a node's client is the only kind.
+    #[cfg_attr(
+        not(feature = "cluster"),
+        allow(clippy::infallible_destructuring_match)
+    )]
     let client = match client {
         MemberClient::Node(client) => client,
         #[cfg(feature = "cluster")]
