@@ -32,6 +32,13 @@
 //!   workloads only), and **redmutex rw-read** and **redmutex rw-write**, the two sides of a
 //!   read-write lock on the task's name (in the contended workload: 8 readers of one name, which
 //!   hold together, against 8 writers).
+//! - What a Redis Cluster member costs against a standalone one, default options, uncontended
+//!   workloads, opt-in (run only when `BENCH_ONLY` selects them, e.g.
+//!   `BENCH_ONLY='uncontended,standalone|cluster'`): **redmutex 1 standalone**, a client whose one
+//!   member is one of the 5 standalone nodes, and **redmutex 1 cluster**, whose one member is a
+//!   3-master Redis Cluster (started for these rows), its ratios against the former; likewise
+//!   **redmutex 3 standalone** (3 of the 5 nodes) and **redmutex 3 clusters** (three 3-master
+//!   clusters as three members).
 //!
 //! The background load of a shared machine drifts over seconds, so rows measured one after the
 //! other would compare different moments. Each row's measured time is therefore split into
@@ -122,6 +129,10 @@ enum Who {
     RedmutexRead,
     /// The write side of a read-write lock, default options.
     RedmutexWrite,
+    /// Default options with this many standalone members (of the 5 nodes).
+    MemberStandalone(usize),
+    /// Default options with this many 3-master Redis Clusters as members.
+    MemberCluster(usize),
 }
 
 /// Permits of the semaphore contender: its quorum is 4 of the 5 nodes.
@@ -129,7 +140,7 @@ const SEMAPHORE_PERMITS: u32 = 3;
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 16] = [
+    const ALL: [Who; 20] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
@@ -146,11 +157,15 @@ impl Who {
         Who::RedmutexNames(32),
         Who::RedmutexRead,
         Who::RedmutexWrite,
+        Who::MemberStandalone(1),
+        Who::MemberCluster(1),
+        Who::MemberStandalone(3),
+        Who::MemberCluster(3),
     ];
 
     /// Run order before rotation: each library next to its floor, the other primitives and TLS
     /// next to the plain mutex.
-    const RUN: [Who; 16] = [
+    const RUN: [Who; 20] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
         Who::RedmutexFair,
@@ -167,6 +182,10 @@ impl Who {
         Who::FloorQuorum,
         Who::RedmutexFailFast,
         Who::Rslock,
+        Who::MemberStandalone(1),
+        Who::MemberCluster(1),
+        Who::MemberStandalone(3),
+        Who::MemberCluster(3),
     ];
 
     fn name(self) -> &'static str {
@@ -188,6 +207,12 @@ impl Who {
             Who::RedmutexNames(_) => "redmutex names-n",
             Who::RedmutexRead => "redmutex rw-read",
             Who::RedmutexWrite => "redmutex rw-write",
+            Who::MemberStandalone(1) => "redmutex 1 standalone",
+            Who::MemberCluster(1) => "redmutex 1 cluster",
+            Who::MemberStandalone(3) => "redmutex 3 standalone",
+            Who::MemberCluster(3) => "redmutex 3 clusters",
+            Who::MemberStandalone(_) => "redmutex n standalone",
+            Who::MemberCluster(_) => "redmutex n clusters",
         }
     }
 
@@ -195,25 +220,38 @@ impl Who {
     /// are its point, and the contended workload counts them as violations), multi-name locks
     /// only uncontended (their latency and throughput against the plain lock are the question).
     /// Waiting modes only uncontended too: what they cost while nobody waits is the question
-    /// here, and the hand-off rows measure the waiting.
+    /// here, and the hand-off rows measure the waiting. Members only uncontended: what routing
+    /// costs a cycle is the question.
     fn runs(self, workload: Workload) -> bool {
         !(matches!(
             self,
-            Who::RedmutexSemaphore | Who::RedmutexNames(_) | Who::RedmutexWake | Who::RedmutexFair
+            Who::RedmutexSemaphore
+                | Who::RedmutexNames(_)
+                | Who::RedmutexWake
+                | Who::RedmutexFair
+                | Who::MemberStandalone(_)
+                | Who::MemberCluster(_)
         ) && workload.contended())
     }
 
     /// Whether the contender runs only when `BENCH_ONLY` is set and selects it, so that a full
     /// default run keeps its length.
     fn opt_in(self) -> bool {
-        matches!(self, Who::RedmutexWake | Who::RedmutexFair)
+        matches!(
+            self,
+            Who::RedmutexWake
+                | Who::RedmutexFair
+                | Who::MemberStandalone(_)
+                | Who::MemberCluster(_)
+        )
     }
 
     /// The row each contender's ratios are taken against: a floor, or for the other primitives
     /// and TLS the plain mutex.
     fn baseline(self) -> Option<Who> {
         match self {
-            Who::FloorWaitAll => None,
+            Who::FloorWaitAll | Who::MemberStandalone(_) => None,
+            Who::MemberCluster(members) => Some(Who::MemberStandalone(members)),
             Who::FloorQuorum | Who::RedmutexDefault | Who::RedmutexFencing | Who::Rslock => {
                 Some(Who::FloorWaitAll)
             }
@@ -352,6 +390,35 @@ fn main() -> ExitCode {
     let (cluster, tls) = (testenv::Cluster::start(NODES), None::<TlsNodes>);
     let urls = cluster.urls();
 
+    // The Redis Clusters of the member rows, only when a selected row needs them.
+    let clusters_needed = Flavor::ALL
+        .iter()
+        .flat_map(|&flavor| {
+            Workload::ALL
+                .iter()
+                .map(move |&workload| (flavor, workload))
+        })
+        .flat_map(|(flavor, workload)| Who::RUN.iter().map(move |&who| (flavor, workload, who)))
+        .filter_map(|(flavor, workload, who)| match who {
+            Who::MemberCluster(members) if who.runs(workload) => {
+                let label = format!("{} {} {}", flavor.name(), workload.name(), who.name());
+                config.selects_row(&label, who.opt_in()).then_some(members)
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    if clusters_needed > 0 {
+        eprintln!("compare: starting {clusters_needed} Redis Cluster(s) of 3 masters");
+    }
+    let redis_clusters: Vec<testenv::RedisCluster> = (0..clusters_needed)
+        .map(|_| testenv::RedisCluster::start(3, 0))
+        .collect();
+    let seeds: Vec<String> = redis_clusters
+        .iter()
+        .map(testenv::RedisCluster::seed_url)
+        .collect();
+
     eprintln!(
         "compare: memory test, {} locks held at once",
         config.memory_locks
@@ -405,6 +472,7 @@ fn main() -> ExitCode {
                         workload,
                         round_timing,
                         &urls,
+                        &seeds,
                         tls.as_ref(),
                         &prefix,
                         &rslock,
@@ -527,12 +595,21 @@ fn run_contender(
     workload: Workload,
     timing: Timing,
     urls: &[String],
+    seeds: &[String],
     tls: Option<&TlsNodes>,
     prefix: &str,
     rslock: &Result<PathBuf, String>,
 ) -> Row {
     let name = who.name();
-    let urls = urls.to_vec();
+    let members = match who {
+        Who::MemberStandalone(members) => urls.get(..members),
+        Who::MemberCluster(members) => seeds.get(..members),
+        _ => Some(urls),
+    };
+    let Some(members) = members else {
+        return Row::failed(name, flavor, workload, timing, "too few nodes".into());
+    };
+    let urls = members.to_vec();
     match who {
         Who::FloorWaitAll => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
@@ -568,7 +645,9 @@ fn run_contender(
         | Who::RedmutexFencing
         | Who::RedmutexTls
         | Who::RedmutexWake
-        | Who::RedmutexFair => {
+        | Who::RedmutexFair
+        | Who::MemberStandalone(_)
+        | Who::MemberCluster(_) => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
                 let redlock = match who {
                     Who::RedmutexTls => tls_redlock(tls).await?,
@@ -1536,6 +1615,34 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
                 u1,
                 "p50",
                 "<= 1.15",
+            ),
+            (
+                "1-task p50 cluster/standalone",
+                Who::MemberCluster(1),
+                u1,
+                "p50",
+                "<= 1.15",
+            ),
+            (
+                "32-task thr cluster/standalone",
+                Who::MemberCluster(1),
+                u32_,
+                "thr",
+                "-",
+            ),
+            (
+                "1-task p50 3 clusters/3 stand.",
+                Who::MemberCluster(3),
+                u1,
+                "p50",
+                "-",
+            ),
+            (
+                "32-task thr 3 clusters/3 stand.",
+                Who::MemberCluster(3),
+                u32_,
+                "thr",
+                "-",
             ),
         ] {
             let (value, spread) = find(who, rt, workload).map_or((None, None), |r| {

@@ -14,6 +14,9 @@
 #   CONTENDERS='redmutex default;floor wait-all' measures only those (separated by ';');
 #   BENCH_BINARY=path measures an already built compare benchmark (say, one built from another
 #   commit, saved aside), to compare two builds run by run.
+# Each contender's count is divided by that of the last baseline before it in the list: a floor,
+# or a client of standalone members for the cluster members' rows, e.g. what routing costs:
+#   CONTENDERS='redmutex 1 standalone;redmutex 1 cluster' bash benches/instructions.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-current}
@@ -70,8 +73,8 @@ measure() {
     echo "$instructions $cycles"
 }
 
-printf '%-20s %14s %10s\n' "contender" "instr/cycle" "vs floor"
-floor_cost=0
+printf '%-22s %14s %10s\n' "contender" "instr/cycle" "vs base"
+base_cost=0
 IFS=';' read -r -a contenders <<<"${CONTENDERS:-floor wait-all;redmutex default;floor quorum;redmutex fail-fast}"
 for who in "${contenders[@]}"; do
     # Not `read < <(measure ...)`: a failure in a process substitution would not stop the script.
@@ -85,13 +88,13 @@ for who in "${contenders[@]}"; do
     fi
     cost=$(((long_instructions - short_instructions) / (long_cycles - short_cycles)))
     case $who in
-        floor*)
-            floor_cost=$cost
-            printf '%-20s %14d %10s\n' "$who" "$cost" "-"
+        floor* | *standalone)
+            base_cost=$cost
+            printf '%-22s %14d %10s\n' "$who" "$cost" "-"
             ;;
         *)
-            printf '%-20s %14d %10s\n' "$who" "$cost" \
-                "$(awk -v a="$cost" -v b="$floor_cost" 'BEGIN { if (b == 0) print "-"; else printf "%.3f", a / b }')"
+            printf '%-22s %14d %10s\n' "$who" "$cost" \
+                "$(awk -v a="$cost" -v b="$base_cost" 'BEGIN { if (b == 0) print "-"; else printf "%.3f", a / b }')"
             ;;
     esac
 done

@@ -29,6 +29,7 @@ mod fair;
 mod faults;
 mod fencing;
 mod inspect;
+mod interop;
 mod keep_alive;
 mod keys;
 mod multi;
