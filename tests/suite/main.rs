@@ -23,6 +23,7 @@ mod cluster_member;
 mod config;
 mod connecting;
 mod contention;
+mod election;
 mod extend_unlock;
 mod fair;
 mod faults;
