@@ -319,3 +319,396 @@ async fn bad_settings_are_config_errors_before_any_io() {
         Err(Error::Config { .. })
     ));
 }
+
+// Candidates in processes of their own: the test binary runs `election::candidate` again, which
+// campaigns when `CANDIDATE` is set and prints what it does, one `@el` line per event, with the
+// time on CLOCK_MONOTONIC, which every process on the machine shares.
+
+/// `id|name|lease in ms|node URLs, comma-separated|store URL|again (1 or 0)`.
+const CANDIDATE: &str = "REDMUTEX_TEST_CANDIDATE";
+/// The key the leaders write with their epoch, on the store.
+const WORK: &str = "el:work";
+
+fn monotonic_nanos() -> u128 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let seconds = u128::try_from(now.tv_sec).expect("after boot");
+    let nanos = u128::try_from(now.tv_nsec).expect("in range");
+    seconds * 1_000_000_000 + nanos
+}
+
+/// A candidate process: campaigns, then acts as leader every 10 ms (an `ACT` line, then a fenced
+/// write) while `is_leading()` holds; when it no longer leads, it says so (`LOST`), tries the
+/// write a stale leader would (`STALE`), and campaigns again if asked to.
+#[tokio::test]
+async fn candidate() {
+    let Ok(spec) = std::env::var(CANDIDATE) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split('|').collect();
+    let [id, name, lease, urls, store, again] = parts[..] else {
+        panic!("bad {CANDIDATE}: {spec}");
+    };
+    let lease = Duration::from_millis(lease.parse().expect("a lease"));
+    println!("@el START {}", monotonic_nanos());
+    let redlock = Redlock::connect(urls.split(',')).await.expect("URLs parse");
+    let election = redlock
+        .new_election(name)
+        .with_expiry(lease)
+        .with_timeout_factor(0.2)
+        .with_retry_delay(Duration::from_millis(20));
+    let store = redis::Client::open(store).expect("store URL");
+    let mut store = store
+        .get_multiplexed_async_connection()
+        .await
+        .expect("store connects");
+    loop {
+        println!("@el CAMPAIGN {}", monotonic_nanos());
+        let leadership = match election.campaign(id).await {
+            Ok(leadership) => leadership,
+            Err(error) => {
+                println!("@el ERROR {error}");
+                continue;
+            }
+        };
+        let epoch = leadership.epoch();
+        println!("@el LEADING {epoch} {}", monotonic_nanos());
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            // The time first, then the check: an act stamped while it still led.
+            let now = monotonic_nanos();
+            if let Some(end) = leadership.end() {
+                println!("@el LOST {epoch} {now} {end:?}");
+                let written = fenced_set(&mut store, WORK, id, epoch).await;
+                println!("@el STALE {epoch} {}", written.expect("store answers"));
+                break;
+            }
+            println!("@el ACT {epoch} {now}");
+            let written = fenced_set(&mut store, WORK, id, epoch).await;
+            println!("@el WROTE {epoch} {}", written.expect("store answers"));
+        }
+        drop(leadership);
+        if again != "1" {
+            return;
+        }
+    }
+}
+
+/// One line of a candidate, as the parent reads it.
+#[derive(Debug, Clone)]
+struct Event {
+    child: usize,
+    words: Vec<String>,
+}
+
+impl Event {
+    fn kind(&self) -> &str {
+        &self.words[0]
+    }
+
+    fn number(&self, index: usize) -> u128 {
+        self.words[index].parse().expect("a number")
+    }
+}
+
+/// Candidate processes and what they print; killed (and reaped) on drop.
+struct Candidates {
+    children: Vec<Option<std::process::Child>>,
+    sender: std::sync::mpsc::Sender<Event>,
+    events: std::sync::mpsc::Receiver<Event>,
+    spec: Box<dyn Fn(usize) -> String>,
+    /// Every event read so far.
+    log: Vec<Event>,
+}
+
+impl Candidates {
+    fn start(cluster: &Cluster, store: &Cluster, name: &str, lease: Duration, again: bool) -> Self {
+        let (urls, store) = (cluster.urls().join(","), store.node(0).url());
+        let (name, lease) = (name.to_owned(), lease.as_millis());
+        let again = u8::from(again);
+        let spec = move |child| format!("c{child}|{name}|{lease}|{urls}|{store}|{again}");
+        let (sender, events) = std::sync::mpsc::channel();
+        let mut candidates = Candidates {
+            children: Vec::new(),
+            sender,
+            events,
+            spec: Box::new(spec),
+            log: Vec::new(),
+        };
+        for child in 0..3 {
+            candidates.children.push(None);
+            candidates.spawn(child);
+        }
+        candidates
+    }
+
+    /// Starts candidate `child` (again), with a thread that passes its lines on.
+    fn spawn(&mut self, child: usize) {
+        use std::io::BufRead;
+        let mut process = std::process::Command::new(std::env::current_exe().expect("path"))
+            .args([
+                "--exact",
+                "election::candidate",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CANDIDATE, (self.spec)(child))
+            .stdout(std::process::Stdio::piped())
+            .stderr(match std::env::var_os("REDMUTEX_TEST_CANDIDATE_LOG") {
+                Some(path) => std::fs::File::options()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .expect("log file")
+                    .into(),
+                None => std::process::Stdio::null(),
+            })
+            .spawn()
+            .expect("the test binary runs");
+        let stdout = process.stdout.take().expect("piped");
+        let sender = self.sender.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                // The harness prints the test's name on the line of the first event.
+                let Some((_, event)) = line.split_once("@el ") else {
+                    continue;
+                };
+                let words = event.split(' ').map(str::to_owned).collect();
+                if sender.send(Event { child, words }).is_err() {
+                    return;
+                }
+            }
+        });
+        self.children[child] = Some(process);
+    }
+
+    fn pid(&self, child: usize) -> String {
+        let process = self.children[child].as_ref().expect("running");
+        process.id().to_string()
+    }
+
+    fn signal(&self, child: usize, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.pid(child)])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal}");
+    }
+
+    fn kill(&mut self, child: usize) {
+        if let Some(mut process) = self.children[child].take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+
+    /// The next event that `wanted` accepts, within `limit`; every event is logged.
+    fn next(&mut self, limit: Duration, what: &str, wanted: impl Fn(&Event) -> bool) -> Event {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let event = self
+                .events
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {what} within {limit:?}; log: {:?}", self.tail()));
+            self.log.push(event.clone());
+            if wanted(&event) {
+                return event;
+            }
+        }
+    }
+
+    /// Reads what is already in.
+    fn drain(&mut self) {
+        while let Ok(event) = self.events.try_recv() {
+            self.log.push(event);
+        }
+    }
+
+    /// The last events but acts and writes, which come by the hundred.
+    fn tail(&self) -> Vec<&Event> {
+        let quiet = |e: &&Event| !matches!(e.kind(), "ACT" | "WROTE");
+        self.log.iter().rev().filter(quiet).take(30).collect()
+    }
+}
+
+impl Drop for Candidates {
+    fn drop(&mut self) {
+        for child in 0..self.children.len() {
+            self.kill(child);
+        }
+    }
+}
+
+/// Checks the history of `events`: per epoch, the acts of exactly one candidate; epochs in the
+/// order their terms began; and no act of an epoch after the first act of a later one, on the
+/// one monotonic clock. Returns the number of terms.
+fn check_terms(events: &[Event]) -> usize {
+    // epoch -> (candidate, first act, last act)
+    let mut terms: std::collections::BTreeMap<u128, (usize, u128, u128)> = Default::default();
+    for event in events.iter().filter(|e| e.kind() == "ACT") {
+        let (epoch, at) = (event.number(1), event.number(2));
+        let term = terms.entry(epoch).or_insert((event.child, at, at));
+        assert_eq!(
+            term.0, event.child,
+            "two candidates acted with epoch {epoch}"
+        );
+        term.1 = term.1.min(at);
+        term.2 = term.2.max(at);
+    }
+    let terms: Vec<(u128, (usize, u128, u128))> = terms.into_iter().collect();
+    for pair in terms.windows(2) {
+        let ((early, (_, _, last)), (late, (_, first, _))) = (pair[0], pair[1]);
+        assert!(
+            last < first,
+            "epoch {early} acted {} µs after epoch {late} began",
+            (last - first) / 1000
+        );
+    }
+    terms.len()
+}
+
+/// Generous: the machine is shared, and a child prints through a pipe.
+const BOUND: Duration = Duration::from_secs(20);
+/// What a failover may take beyond the lease and one renewal period here: the standbys' retry
+/// delay (20 ms), a campaign's round trips, and a loaded machine. The measured figures are in
+/// benches/README.md.
+const SLACK: Duration = Duration::from_secs(2);
+
+fn is_leading(event: &Event) -> bool {
+    event.kind() == "LEADING"
+}
+
+/// Epochs strictly increase in the order terms began, on the one clock.
+fn check_epochs(events: &[Event]) -> usize {
+    let mut began: Vec<(u128, u128)> = events
+        .iter()
+        .filter(|e| is_leading(e))
+        .map(|e| (e.number(2), e.number(1)))
+        .collect();
+    began.sort();
+    for pair in began.windows(2) {
+        assert!(
+            pair[0].1 < pair[1].1,
+            "epoch {} began after {}",
+            pair[1].1,
+            pair[0].1
+        );
+    }
+    began.len()
+}
+
+/// Three candidate processes: one leads (and only it acts); SIGKILL it, and another leads
+/// within the lease and one renewal period (with slack for the machine), with a greater epoch.
+#[test]
+fn three_processes_one_leads_and_a_killed_leader_is_replaced() {
+    let (cluster, store) = (Cluster::start(3), Cluster::start(1));
+    let lease = Duration::from_secs(1);
+    let mut candidates = Candidates::start(&cluster, &store, "el:kill", lease, false);
+    let first = candidates.next(BOUND, "a leader", is_leading);
+    std::thread::sleep(lease * 2);
+    candidates.drain();
+    let leaders: std::collections::BTreeSet<usize> = candidates
+        .log
+        .iter()
+        .filter(|e| is_leading(e))
+        .map(|e| e.child)
+        .collect();
+    assert_eq!(leaders.len(), 1, "{:?}", candidates.tail());
+    let killed = std::time::Instant::now();
+    candidates.kill(first.child);
+    let second = candidates.next(BOUND, "a second leader", is_leading);
+    let took = killed.elapsed();
+    assert_ne!(second.child, first.child);
+    assert!(second.number(1) > first.number(1));
+    assert!(
+        took <= lease + lease / 3 + SLACK,
+        "failover took {took:?} with a lease of {lease:?}"
+    );
+    candidates.next(BOUND, "an act", |e| e.kind() == "ACT");
+    check_terms(&candidates.log);
+    check_epochs(&candidates.log);
+}
+
+/// SIGSTOP the leader past its lease: another leads and writes with its epoch; when the first
+/// resumes, the first thing it does is to find its leadership lost, and its epoch is refused by
+/// the fenced resource.
+#[test]
+fn a_leader_paused_past_its_lease_finds_it_lost_and_is_refused() {
+    let (cluster, store) = (Cluster::start(3), Cluster::start(1));
+    let lease = Duration::from_secs(1);
+    let mut candidates = Candidates::start(&cluster, &store, "el:stop", lease, false);
+    let first = candidates.next(BOUND, "a leader", is_leading);
+    let wrote = |child: usize| move |e: &Event| e.child == child && e.kind() == "WROTE";
+    candidates.next(BOUND, "a write", wrote(first.child));
+    candidates.signal(first.child, "-STOP");
+    let second = candidates.next(BOUND, "a second leader", is_leading);
+    assert_ne!(second.child, first.child);
+    assert!(second.number(1) > first.number(1));
+    let accepted = candidates.next(BOUND, "a write", wrote(second.child));
+    assert_eq!(accepted.words[2], "true");
+    candidates.drain();
+    candidates.signal(first.child, "-CONT");
+    let resumed = candidates.next(BOUND, "the resumed leader", |e| e.child == first.child);
+    assert_eq!(resumed.kind(), "LOST", "acted after resuming: {resumed:?}");
+    let stale = candidates.next(BOUND, "the stale write", |e| e.child == first.child);
+    assert_eq!(stale.words, ["STALE", &first.words[1], "false"]);
+    check_terms(&candidates.log);
+    check_epochs(&candidates.log);
+}
+
+/// Fifty elections, each forced by SIGKILL or SIGSTOP of the leader process, half of them while
+/// a Redis node is paused too: terms on the one monotonic clock never overlap, and epochs
+/// strictly increase.
+#[test]
+#[ignore = "slow: fifty elections"]
+fn fifty_elections_with_random_faults_keep_terms_apart() {
+    let (cluster, store) = (Cluster::start(3), Cluster::start(1));
+    let lease = Duration::from_millis(500);
+    let mut candidates = Candidates::start(&cluster, &store, "el:history", lease, true);
+    let mut leader = candidates.next(BOUND, "a leader", is_leading);
+    let mut elections = 1;
+    while elections < 50 {
+        let epoch = leader.number(1);
+        let later = move |e: &Event| is_leading(e) && e.number(1) > epoch;
+        // The leader acts, unless it lost already (a node paused in the round before).
+        let seen = candidates.next(BOUND, "an act or a new leader", |e| {
+            later(e) || (e.kind() == "ACT" && e.number(1) == epoch)
+        });
+        if is_leading(&seen) {
+            (leader, elections) = (seen, elections + 1);
+            continue;
+        }
+        let node = (rand::random_range(0..2) == 0).then(|| rand::random_range(0..3));
+        if let Some(node) = node {
+            cluster.node(node).pause();
+        }
+        let stopped = rand::random_range(0..2) == 0;
+        let faulted = std::time::Instant::now();
+        if stopped {
+            candidates.signal(leader.child, "-STOP");
+        } else {
+            candidates.kill(leader.child);
+        }
+        eprintln!("round {elections}: {leader:?} stopped={stopped} node={node:?}");
+        let next = candidates.next(BOUND, "the next leader", later);
+        if let Some(node) = node {
+            cluster.node(node).resume();
+        }
+        if stopped {
+            std::thread::sleep((lease * 3 / 2).saturating_sub(faulted.elapsed()));
+            candidates.signal(leader.child, "-CONT");
+        } else {
+            candidates.spawn(leader.child);
+        }
+        (leader, elections) = (next, elections + 1);
+    }
+    std::thread::sleep(lease);
+    for child in 0..3 {
+        candidates.kill(child);
+    }
+    candidates.drain();
+    // A leader forced out by a paused node before its first act has no term to check.
+    assert!(check_terms(&candidates.log) >= 25);
+    assert!(check_epochs(&candidates.log) >= 50);
+}
