@@ -70,6 +70,8 @@ pub(crate) use target::{SCRIPTS, SUFFIXES};
 /// # Ok(())
 /// # }
 /// ```
+#[doc = include_str!("../../../doc/rustdoc-links.md")]
+#[doc = include_str!("../../../doc/election.md")]
 #[derive(Clone, Debug)]
 pub struct Election {
     mutex: Mutex,
