@@ -92,8 +92,9 @@ async fn exactly_one_of_three_candidates_leads_and_the_nodes_name_it() {
         leader_of(read),
         (leader.identity().to_owned(), leader.epoch())
     );
-    // The record sits beside the name, in its slot.
-    assert_eq!(present(&cluster, &beside("el:one", ":leader")).len(), 3);
+    // The record sits beside the name, in its slot, on a quorum at least (where a rival's
+    // attempt took a node first, the leader's raise did not write there).
+    assert!(present(&cluster, &beside("el:one", ":leader")).len() >= 2);
     for task in rest {
         task.abort();
     }
@@ -261,7 +262,7 @@ async fn a_former_leader_s_record_names_nobody() {
     for node in cluster.nodes() {
         node.del("el:former");
     }
-    assert_eq!(present(&cluster, &beside("el:former", ":leader")).len(), 3);
+    assert!(present(&cluster, &beside("el:former", ":leader")).len() >= 2);
     assert_eq!(elect.leader().await.expect("read"), None);
     // A plain lock on the name is not a leader either.
     let lock = redlock.new_mutex("el:former").lock().await.expect("lock");
@@ -379,17 +380,26 @@ async fn candidate() {
             if let Some(end) = leadership.end() {
                 println!("@el LOST {epoch} {now} {end:?}");
                 let written = fenced_set(&mut store, WORK, id, epoch).await;
-                println!("@el STALE {epoch} {}", written.expect("store answers"));
+                println!("@el STALE {epoch} {}", written_word(written));
                 break;
             }
             println!("@el ACT {epoch} {now}");
             let written = fenced_set(&mut store, WORK, id, epoch).await;
-            println!("@el WROTE {epoch} {}", written.expect("store answers"));
+            println!("@el WROTE {epoch} {}", written_word(written));
         }
         drop(leadership);
         if again != "1" {
             return;
         }
+    }
+}
+
+/// A write's outcome as one word: a candidate paused in the middle of a write finds it timed out
+/// when it resumes, which is no reason to stop.
+fn written_word(written: redis::RedisResult<bool>) -> String {
+    match written {
+        Ok(accepted) => accepted.to_string(),
+        Err(error) => format!("error:{}", error.category().replace(' ', "-")),
     }
 }
 
@@ -649,7 +659,10 @@ fn a_leader_paused_past_its_lease_finds_it_lost_and_is_refused() {
     assert_eq!(accepted.words[2], "true");
     candidates.drain();
     candidates.signal(first.child, "-CONT");
-    let resumed = candidates.next(BOUND, "the resumed leader", |e| e.child == first.child);
+    // A write in flight when it stopped may report first; then the loss, never another act.
+    let resumed = candidates.next(BOUND, "the resumed leader", |e| {
+        e.child == first.child && e.kind() != "WROTE"
+    });
     assert_eq!(resumed.kind(), "LOST", "acted after resuming: {resumed:?}");
     let stale = candidates.next(BOUND, "the stale write", |e| e.child == first.child);
     assert_eq!(stale.words, ["STALE", &first.words[1], "false"]);
