@@ -725,3 +725,27 @@ fn fifty_elections_with_random_faults_keep_terms_apart() {
     assert!(check_terms(&candidates.log) >= 25);
     assert!(check_epochs(&candidates.log) >= 50);
 }
+
+/// The history checks' negative controls: an act of an older epoch after a newer one began, and
+/// a newer epoch that began first, are found.
+#[test]
+fn the_history_checks_find_overlaps_and_epochs_out_of_order() {
+    let event = |child, words: &[&str]| Event {
+        child,
+        words: words.iter().map(|w| w.to_string()).collect(),
+    };
+    let overlapping = [
+        event(0, &["ACT", "1", "100"]),
+        event(1, &["ACT", "2", "150"]),
+        event(0, &["ACT", "1", "200"]),
+    ];
+    let found = std::panic::catch_unwind(|| check_terms(&overlapping));
+    assert!(found.is_err(), "an overlap went unnoticed");
+    assert_eq!(check_terms(&overlapping[..2]), 2);
+    let reversed = [
+        event(0, &["LEADING", "2", "100"]),
+        event(1, &["LEADING", "1", "200"]),
+    ];
+    assert!(std::panic::catch_unwind(|| check_epochs(&reversed)).is_err());
+    assert_eq!(check_epochs(&reversed[..1]), 1);
+}
