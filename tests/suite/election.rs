@@ -749,3 +749,37 @@ fn the_history_checks_find_overlaps_and_epochs_out_of_order() {
     assert!(std::panic::catch_unwind(|| check_epochs(&reversed)).is_err());
     assert_eq!(check_epochs(&reversed[..1]), 1);
 }
+
+/// Too few nodes to read from: `watch()` passes the error on, goes on reading, and reports the
+/// first reading after it even though the leader did not change.
+#[tokio::test]
+async fn watch_passes_errors_on_and_reads_again() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    // The leader renews every 3 s, with 2.5 s per node: a short pause costs it nothing.
+    let lease = Duration::from_secs(10);
+    let elect = election(&redlock, "el:watch-errors").with_expiry(lease);
+    let leadership = elect.campaign("a").await.expect("elected");
+    // The watcher reads every 100 ms, with 100 ms per node.
+    let watcher = elect
+        .clone()
+        .with_timeout_factor(0.01)
+        .with_renew_every(Duration::from_millis(100));
+    let mut watch = Box::pin(watcher.watch());
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), watch.next())
+            .await
+            .expect("a reading within the bound")
+            .expect("the stream goes on")
+    };
+    let leader = ("a".to_owned(), leadership.epoch());
+    assert_eq!(leader_of(next().await.expect("read")), leader);
+    cluster.node(0).pause();
+    cluster.node(1).pause();
+    let error = next().await;
+    cluster.node(0).resume();
+    cluster.node(1).resume();
+    assert!(matches!(error, Err(Error::NoQuorum { .. })), "{error:?}");
+    assert_eq!(leader_of(next().await.expect("read again")), leader);
+    assert!(leadership.is_leading());
+}

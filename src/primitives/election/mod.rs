@@ -406,7 +406,7 @@ impl Election {
 
     /// A stream of who leads: the first reading at once, then each change (a new leader, or
     /// none), read every [`renew_every`](Election::renew_every). Errors are passed on, and the
-    /// stream goes on reading.
+    /// stream goes on reading; the first reading after an error is passed on whatever it says.
     ///
     /// A change is seen within one period of the nodes recording it: a leader that resigns or
     /// crashes, and the next one's election.
@@ -433,23 +433,22 @@ impl Election {
     pub fn watch(&self) -> impl Stream<Item = Result<Option<LeaderInfo>, Error>> + Send + 'static {
         let election = self.clone();
         let every = self.renew_every().max(Duration::from_millis(1));
-        // `None` before the first reading; then the last leader passed on.
-        let last: Option<Option<(u64, String)>> = None;
-        futures::stream::unfold((election, last), move |(election, mut last)| async move {
+        // The last leader passed on (`None` before the first reading and after an error, so
+        // that the next reading is news), and whether the next reading waits a period first.
+        let state: (Election, Option<Option<(u64, String)>>, bool) = (election, None, false);
+        futures::stream::unfold(state, move |(election, last, wait)| async move {
+            let mut wait = wait;
             loop {
-                if last.is_some() {
+                if wait {
                     tokio::time::sleep(every).await;
                 }
+                wait = true;
                 match election.leader().await {
-                    Err(error) => {
-                        // A failed first reading still counts as one: the next success is news.
-                        last.get_or_insert(None);
-                        return Some((Err(error), (election, last)));
-                    }
+                    Err(error) => return Some((Err(error), (election, None, true))),
                     Ok(leader) => {
                         let key = leader.as_ref().map(|l| (l.epoch, l.identity.clone()));
                         if last.as_ref() != Some(&key) {
-                            return Some((Ok(leader), (election, Some(key))));
+                            return Some((Ok(leader), (election, Some(key), true)));
                         }
                     }
                 }
