@@ -98,7 +98,8 @@ pub struct RunArgs {
 /// leader), renews its lease while COMMAND runs, and resigns when it exits. If the leadership
 /// is lost, COMMAND gets SIGTERM at once and SIGKILL when --grace has passed or the lease's
 /// validity ends, whichever comes first. With --restart, a former leader campaigns again after
-/// COMMAND ended (or was ended), and redmutex runs until it is signalled.
+/// COMMAND ended (or was ended), until a signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT), passed on to
+/// COMMAND, ends both.
 #[derive(Debug, Args)]
 #[command(after_help = EXIT_CODES)]
 pub struct ElectArgs {

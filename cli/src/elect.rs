@@ -49,9 +49,11 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
             }
         };
         let code = lead(&election, leadership, &args, &mut signals).await;
+        // A signal passed on to COMMAND ends the loop: it was meant for both.
+        let restart = args.restart && signals.take_received().is_none();
         match code {
-            Led::Exited(code) if !args.restart => return ExitCode::from(code),
-            Led::Lost if !args.restart => return ExitCode::from(LOST),
+            Led::Exited(code) if !restart => return ExitCode::from(code),
+            Led::Lost if !restart => return ExitCode::from(LOST),
             Led::Failed(code) => return code,
             // With --restart: campaign again.
             Led::Exited(_) | Led::Lost => {}

@@ -34,6 +34,8 @@ pub enum Outcome {
 /// on without the lock).
 pub struct Signals {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+    /// The last signal received, until taken.
+    received: Option<Signal>,
 }
 
 impl Signals {
@@ -49,14 +51,17 @@ impl Signals {
         for (number, kind) in kinds {
             streams.push((number, signal(kind)?));
         }
-        Ok(Signals { streams })
+        Ok(Signals {
+            streams,
+            received: None,
+        })
     }
 
     /// The next signal received.
     ///
     /// Cancel safe: a signal that arrives meanwhile is kept for the next call.
     pub async fn recv(&mut self) -> Signal {
-        std::future::poll_fn(|cx| {
+        let signal = std::future::poll_fn(|cx| {
             for (number, stream) in &mut self.streams {
                 if stream.poll_recv(cx).is_ready() {
                     return std::task::Poll::Ready(*number);
@@ -64,7 +69,15 @@ impl Signals {
             }
             std::task::Poll::Pending
         })
-        .await
+        .await;
+        self.received = Some(signal);
+        signal
+    }
+
+    /// The last signal received since the last call, if any: `elect --restart` stops campaigning
+    /// once it passed one on.
+    pub fn take_received(&mut self) -> Option<Signal> {
+        self.received.take()
     }
 }
 

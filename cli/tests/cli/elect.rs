@@ -132,3 +132,54 @@ fn restart_campaigns_again_after_the_command_ends() {
     let epochs: Vec<u64> = terms(&log).into_iter().map(|(_, epoch)| epoch).collect();
     assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
 }
+
+/// A signal passed on to COMMAND ends `elect --restart` too: it exits as COMMAND did, and does
+/// not campaign again.
+#[test]
+fn a_signal_ends_restarting() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("terms");
+    let script = format!(
+        r#"echo "$REDMUTEX_ID $REDMUTEX_EPOCH" >> '{}'; exec sleep 600"#,
+        log.display()
+    );
+    let mut child = Reaped(
+        redmutex(&cluster)
+            .args([
+                "elect",
+                "--restart",
+                "--id",
+                "a",
+                "el:signal",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
+    eventually("a term", || terms(&log).len() == 1);
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let mut status = None;
+    eventually("redmutex exits", || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert_eq!(status.and_then(|s| s.code()), Some(128 + 15));
+    assert_eq!(terms(&log).len(), 1, "campaigned again after the signal");
+}
+
+/// A child killed and reaped when the test ends, passed or not.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
