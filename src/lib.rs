@@ -21,6 +21,7 @@ pub use nodes::connection::NodeConnection;
 pub use nodes::member::MemberClient;
 pub use ops::checks::{CheckKind, CheckReport, CheckStatus, Checkup, NodeCheck};
 pub use ops::inspect::{Holder, HolderEntry, LockState, NodeAnswer, NodeLockState};
+pub use primitives::election::{Election, LeaderInfo, Leadership, LeadershipEnd};
 pub use primitives::fenced::fenced_set;
 pub use primitives::keep_alive::{KeepAlive, KeepAliveEnd};
 pub use primitives::lock::Lock;

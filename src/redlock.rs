@@ -14,6 +14,7 @@ use crate::nodes::script::{self, Script};
 use crate::ops;
 use crate::ops::checks::Checkup;
 use crate::primitives;
+use crate::primitives::election::Election;
 use crate::primitives::multi::MultiTarget;
 use crate::primitives::mutex::{Mutex, MutexTarget};
 use crate::primitives::rwlock::RwLock;
@@ -324,6 +325,26 @@ impl Redlock {
         Mutex::new(Arc::clone(&self.nodes), Arc::clone(&self.listeners), target)
     }
 
+    /// An [`Election`] over `name`, with default settings (see [`Election`] for each): one
+    /// leader at a time among the candidates that campaign on it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("scheduler").campaign("host-a").await?;
+    /// assert_eq!(leadership.identity(), "host-a");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new_election(&self, name: impl Into<String>) -> Election {
+        let (nodes, listeners) = (Arc::clone(&self.nodes), Arc::clone(&self.listeners));
+        Election::new(nodes, listeners, name.into().into())
+    }
+
     /// A [`Semaphore`] for the resource `name` with `permits` permits, with default settings (see
     /// [`Semaphore`] for each): at most `permits` holders at once.
     ///
@@ -515,7 +536,7 @@ mod tests {
 
     #[test]
     fn digests_are_sha1_hex_and_distinct() {
-        assert_eq!(SCRIPTS.len(), 20);
+        assert_eq!(SCRIPTS.len(), 22);
         for script in &SCRIPTS {
             let digest = script.digest();
             assert_eq!(digest.len(), 40);

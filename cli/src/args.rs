@@ -12,11 +12,12 @@ const ABOUT: &str = "Run a command under a distributed lock held on a quorum of 
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0-255  run: the command's own status (128 + N when it died of signal N)
+  0-255  run, elect: the command's own status (128 + N when it died of signal N)
   1      doctor: a check failed
   64     usage or configuration error (bad option, no nodes, malformed URL)
   69     no quorum of nodes reachable
   70     run: the lock was lost while the command ran, and the command was terminated
+  70     elect: the leadership was lost while the command ran (without --restart)
   75     run: the lock is held elsewhere (--no-wait), or the --wait time ran out
   126    run: the command could not be started (127: not found)
 
@@ -39,6 +40,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Run(RunArgs),
+    Elect(ElectArgs),
     Status(StatusArgs),
     Unlock(UnlockArgs),
     Doctor(DoctorArgs),
@@ -88,10 +90,50 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+/// Campaign in the election NAME as ID; run COMMAND while leading; exit with its status.
+///
+/// A standby waits (woken at once when the leader resigns; a leader that crashed is replaced
+/// once its lease ran out). The leader starts COMMAND as `run` does, with REDMUTEX_NAME,
+/// REDMUTEX_ID and REDMUTEX_EPOCH set (the epoch is a fencing token that grows with every
+/// leader), renews its lease while COMMAND runs, and resigns when it exits. If the leadership
+/// is lost, COMMAND gets SIGTERM at once and SIGKILL when --grace has passed or the lease's
+/// validity ends, whichever comes first. With --restart, a former leader campaigns again after
+/// COMMAND ended (or was ended), until a signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT), passed on to
+/// COMMAND, ends both.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct ElectArgs {
+    /// This candidate's identity, public: `redmutex status NAME` shows the leader's.
+    #[arg(long, value_name = "ID")]
+    pub id: String,
+
+    /// How long the nodes keep a leader that stopped renewing (the lease); renewed three times
+    /// per lease. Written as 500ms, 8s, 2m or 1h.
+    #[arg(long, value_name = "DURATION", default_value = "8s", value_parser = parse_duration)]
+    pub expiry: Duration,
+
+    /// Campaign again after COMMAND ended, instead of exiting with its status.
+    #[arg(long)]
+    pub restart: bool,
+
+    /// After the leadership is lost: how long COMMAND may take to exit on SIGTERM before
+    /// SIGKILL, at most until the lease's validity ends.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// The election's name: the Redis key on every node.
+    pub name: String,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
 /// Show whether NAME is held, for how long, and each node's answer (never the lock value).
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// One JSON object: name, held, ttl_ms, quorum, fingerprint, nodes.
+    /// One JSON object: name, held, ttl_ms, quorum, fingerprint, nodes (and leader, for an
+    /// election).
     #[arg(long)]
     pub json: bool,
 

@@ -6,6 +6,7 @@
 mod args;
 mod doctor;
 mod duration;
+mod elect;
 mod exit;
 mod orphan;
 mod redact;
@@ -58,6 +59,7 @@ async fn dispatch(cli: Cli) -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => run::run(&redlock, args).await,
+        Command::Elect(args) => elect::elect(&redlock, args).await,
         Command::Status(args) => status::status(&redlock, args).await,
         Command::Unlock(args) => status::unlock(&redlock, args).await,
         Command::Doctor(args) => doctor::doctor(&redlock, args).await,

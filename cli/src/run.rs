@@ -13,7 +13,7 @@ use crate::exit::{
     CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, USAGE, acquire_code, fail, say,
 };
 use crate::orphan::die_with_parent;
-use crate::supervise::{Outcome, Signals, supervise};
+use crate::supervise::{KeptLock, Outcome, Signals, supervise};
 
 /// The per-node timeout as a fraction of the expiry (the library's default, spelled out because
 /// the cleanup pause below depends on it).
@@ -77,7 +77,8 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
     };
 
     let interval = args.expiry / EXTENSIONS_PER_EXPIRY;
-    match supervise(child, &lock, interval, args.grace, &mut signals).await {
+    let mut kept = KeptLock::new(&lock, interval);
+    match supervise(child, &mut kept, args.grace, &mut signals).await {
         Ok(Outcome::Exited(status)) => {
             release(&lock).await;
             ExitCode::from(status_code(status))
@@ -154,7 +155,7 @@ async fn release(lock: &Lock) {
 }
 
 /// The command's status as a shell reports it: its exit code, or 128 + the signal that ended it.
-fn status_code(status: ExitStatus) -> u8 {
+pub fn status_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
         (None, Some(signal)) => u8::try_from((128 + signal) & 0xff).unwrap_or(u8::MAX),
@@ -162,6 +163,6 @@ fn status_code(status: ExitStatus) -> u8 {
     }
 }
 
-fn signal_code(signal: Signal) -> u8 {
+pub fn signal_code(signal: Signal) -> u8 {
     u8::try_from((128 + signal.as_raw()) & 0xff).unwrap_or(u8::MAX)
 }

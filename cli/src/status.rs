@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redmutex::{Holder, LockState, NodeAnswer, Redlock};
+use redmutex::{Holder, LeaderInfo, LockState, NodeAnswer, Redlock};
 use serde_json::{Value, json};
 
 use crate::args::{StatusArgs, UnlockArgs};
@@ -14,10 +14,18 @@ pub async fn status(redlock: &Redlock, args: StatusArgs) -> ExitCode {
         Ok(state) => state,
         Err(error) => return fail(query_code(&error), format!("{}: {error}", args.name)),
     };
+    // Only a held name can have a leader; an error reading it leaves the row out.
+    let leader = match state.is_held() {
+        true => redlock.new_election(args.name.as_str()).leader().await,
+        false => Ok(None),
+    };
+    let leader = leader.ok().flatten();
     let text = if args.json {
-        json_state(&args.name, &state).to_string()
+        let mut state = json_state(&args.name, &state);
+        state["leader"] = json!(leader.map(|l| json!({"identity": l.identity, "epoch": l.epoch})));
+        state.to_string()
     } else {
-        table(&args.name, &state)
+        table(&args.name, &state, leader.as_ref())
     };
     show(text);
     ExitCode::SUCCESS
@@ -83,7 +91,7 @@ fn plural(count: usize) -> &'static str {
     if count == 1 { "" } else { "s" }
 }
 
-fn table(name: &str, state: &LockState) -> String {
+fn table(name: &str, state: &LockState, leader: Option<&LeaderInfo>) -> String {
     let by = held_by(state.holder());
     let mut out = match (state.is_held(), state.ttl()) {
         (true, Some(ttl)) => format!(
@@ -100,6 +108,12 @@ fn table(name: &str, state: &LockState) -> String {
         out.push_str(&format!(", holder fingerprint {fingerprint}"));
     }
     out.push('\n');
+    if let Some(leader) = leader {
+        out.push_str(&format!(
+            "  leader {} (epoch {})\n",
+            leader.identity, leader.epoch
+        ));
+    }
     let width = state
         .nodes()
         .iter()

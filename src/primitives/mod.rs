@@ -21,6 +21,7 @@
 //!
 //! Uses `waiting`, `engine`, `nodes` and `error`.
 
+pub(crate) mod election;
 pub(crate) mod fenced;
 pub(crate) mod keep_alive;
 pub(crate) mod lock;
@@ -37,9 +38,14 @@ use crate::waiting::fair::scripts as fair;
 /// Suffixes of the keys redmutex keeps beside a name `x` (see `engine::target::beside`):
 /// `{x}:fence` (the fencing counter), `{x}:readers` and `{x}:writer-waiting` (a read-write lock's
 /// readers and a waiting writer's mark), `{x}:line`, `{x}:line:until` and `{x}:ticket` (the fair
-/// line). No name may end in one, so that no name is ever another name's auxiliary key (nor one
-/// the previous layout kept at `x:fence`, ...).
-const RESERVED_SUFFIXES: [&[&str]; 3] = [mutex::SUFFIXES, rwlock::SUFFIXES, fair::SUFFIXES];
+/// line), `{x}:leader` (an election's record). No name may end in one, so that no name is ever
+/// another name's auxiliary key (nor one the previous layout kept at `x:fence`, ...).
+const RESERVED_SUFFIXES: [&[&str]; 4] = [
+    mutex::SUFFIXES,
+    rwlock::SUFFIXES,
+    fair::SUFFIXES,
+    election::SUFFIXES,
+];
 
 /// What each primitive needs of a node (see `nodes::version`): the newest feature it uses sets
 /// its minimum.
@@ -71,6 +77,7 @@ const SCRIPT_LISTS: &[&[Script]] = &[
     multi::SCRIPTS,
     rwlock::SCRIPTS,
     semaphore::SCRIPTS,
+    election::SCRIPTS,
 ];
 
 /// Every primitive's scripts, in one list.

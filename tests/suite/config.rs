@@ -125,6 +125,7 @@ async fn bad_names_of_every_primitive_fail_before_any_io() {
         ":line",
         ":line:until",
         ":ticket",
+        ":leader",
     ];
     for suffix in suffixes {
         let aux = format!("prices{suffix}");

@@ -24,6 +24,7 @@ mod cluster_primitives;
 mod config;
 mod connecting;
 mod contention;
+mod election;
 mod extend_unlock;
 mod fair;
 mod faults;

@@ -5,4 +5,5 @@
 mod support;
 
 mod commands;
+mod elect;
 mod run;

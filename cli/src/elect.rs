@@ -1,0 +1,143 @@
+//! `redmutex elect`: campaign, run the command while leading, resign.
+
+use std::io::ErrorKind;
+use std::process::ExitCode;
+
+use redmutex::{Election, Leadership, Redlock};
+
+use crate::args::ElectArgs;
+use crate::exit::{CANNOT_EXECUTE, LOST, NOT_FOUND, OS_ERROR, USAGE, acquire_code, fail, say};
+use crate::orphan::die_with_parent;
+use crate::run::{signal_code, status_code};
+use crate::supervise::{Outcome, Signals, supervise};
+
+/// The per-node timeout as a fraction of the lease (the library's default, spelled out as
+/// `run` does).
+const TIMEOUT_FACTOR: f64 = 0.05;
+
+pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
+    if args.name.is_empty() {
+        return fail(USAGE, "NAME must not be empty");
+    }
+    if args.id.is_empty() {
+        return fail(USAGE, "--id must not be empty");
+    }
+    if args.command.is_empty() {
+        return fail(USAGE, "no COMMAND given after --");
+    }
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(error) => return fail(OS_ERROR, format!("cannot handle signals: {error}")),
+    };
+    let election = redlock
+        .new_election(args.name.as_str())
+        .with_expiry(args.expiry)
+        .with_timeout_factor(TIMEOUT_FACTOR);
+    loop {
+        let campaign = tokio::select! {
+            campaign = election.campaign(args.id.as_str()) => campaign,
+            signal = signals.recv() => {
+                // A campaign cut short releases what it took in the background.
+                tokio::time::sleep(args.expiry.mul_f64(TIMEOUT_FACTOR)).await;
+                return ExitCode::from(signal_code(signal));
+            }
+        };
+        let leadership = match campaign {
+            Ok(leadership) => leadership,
+            Err(error) => {
+                return fail(acquire_code(&error), format!("{}: {error}", args.name));
+            }
+        };
+        let code = lead(&election, leadership, &args, &mut signals).await;
+        // A signal passed on to COMMAND ends the loop: it was meant for both.
+        let restart = args.restart && signals.take_received().is_none();
+        match code {
+            Led::Exited(code) if !restart => return ExitCode::from(code),
+            Led::Lost if !restart => return ExitCode::from(LOST),
+            Led::Failed(code) => return code,
+            // With --restart: campaign again.
+            Led::Exited(_) | Led::Lost => {}
+        }
+    }
+}
+
+/// How one term ended.
+enum Led {
+    /// The command exited with this status; the leadership was resigned.
+    Exited(u8),
+    /// The leadership was lost, and the command ended.
+    Lost,
+    /// The command could not run, or was lost track of.
+    Failed(ExitCode),
+}
+
+/// Runs the command while `leadership` holds.
+async fn lead(
+    election: &Election,
+    leadership: Leadership,
+    args: &ElectArgs,
+    signals: &mut Signals,
+) -> Led {
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Led::Failed(fail(USAGE, "no COMMAND given after --"));
+    };
+    say(format!(
+        "{}: {} leads with epoch {}",
+        args.name,
+        leadership.identity(),
+        leadership.epoch()
+    ));
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(program_args)
+        .process_group(0)
+        .env("REDMUTEX_NAME", &args.name)
+        .env("REDMUTEX_ID", &args.id)
+        .env("REDMUTEX_EPOCH", leadership.epoch().to_string());
+    die_with_parent(&mut command);
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            resign(leadership).await;
+            let code = match error.kind() {
+                ErrorKind::NotFound => NOT_FOUND,
+                _ => CANNOT_EXECUTE,
+            };
+            return Led::Failed(fail(
+                code,
+                format!("cannot run {}: {error}", program.to_string_lossy()),
+            ));
+        }
+    };
+    let mut lease = crate::supervise::Leading {
+        name: election.name(),
+        leadership: &leadership,
+    };
+    match supervise(child, &mut lease, args.grace, signals).await {
+        Ok(Outcome::Exited(status)) => {
+            resign(leadership).await;
+            Led::Exited(status_code(status))
+        }
+        Ok(Outcome::Lost) => {
+            // Nodes that still hold this term's value let go, so the next leader need not wait.
+            let _ = leadership.resign().await;
+            Led::Lost
+        }
+        Err(error) => {
+            resign(leadership).await;
+            Led::Failed(fail(
+                OS_ERROR,
+                format!("lost track of the command: {error}"),
+            ))
+        }
+    }
+}
+
+/// Resigns after the command; a failure only costs the standbys the rest of the lease.
+async fn resign(leadership: Leadership) {
+    if let Err(error) = leadership.resign().await {
+        say(format!(
+            "could not resign ({error}); the lease expires on its own"
+        ));
+    }
+}

@@ -1,0 +1,708 @@
+//! Leader election: one leader among candidates, with a fencing epoch, a loss signal and a
+//! record others can read. Assembled from the mutex (fenced, woken on release), the keep-alive
+//! and one script of its own (`target`): a campaign is a `Mutex::lock` whose fencing raise also
+//! writes who leads, and leadership is the held lock with its keep-alive.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+
+#[cfg(doc)]
+use crate::Redlock;
+use crate::engine::quorum::quorum;
+use crate::error::Error;
+use crate::nodes::Node;
+use crate::nodes::probe::{each_node, eval};
+use crate::primitives::keep_alive::{KeepAlive, KeepAliveEnd};
+use crate::primitives::lock::Lock;
+use crate::primitives::mutex::Mutex;
+use crate::waiting::listeners::Listeners;
+
+pub(crate) mod target;
+
+use target::{ElectionTarget, READ_LEADER, check_identity, judge, read_seen, record_key};
+pub(crate) use target::{SCRIPTS, SUFFIXES};
+
+/// A leader election over one name ([`Redlock::new_election`]): configuration only.
+///
+/// Candidates [`campaign`](Election::campaign); the one that leads gets a [`Leadership`], which
+/// renews itself in the background, carries a fencing [`epoch`](Leadership::epoch) greater than
+/// every earlier leader's, and says when it is [`lost`](Leadership::lost). Anybody can read who
+/// leads ([`leader`](Election::leader), [`watch`](Election::watch)).
+///
+/// Underneath, the election is a fenced mutex with wake-up on release over the name: the lock
+/// value stays a secret of the leader; its public `identity` and its epoch are written to
+/// `{<name>}:leader` in the same script that raises the fencing counter, so a campaign returns
+/// only once a quorum of nodes names its candidate.
+///
+/// # Default
+///
+/// | setting | default | valid |
+/// |---|---|---|
+/// | [`with_expiry`](Election::with_expiry) (the lease) | 8 s | 1 ms to 365 days |
+/// | [`with_renew_every`](Election::with_renew_every) | a third of the lease | more than zero, less than the lease |
+/// | [`with_tries`](Election::with_tries) | `u32::MAX` (campaign until elected) | 1 to `u32::MAX` |
+/// | [`with_retry_delay`](Election::with_retry_delay) | random in 50..250 ms | any |
+/// | [`with_drift_factor`](Election::with_drift_factor) | 0.01 | `[0, 1)` |
+/// | [`with_timeout_factor`](Election::with_timeout_factor) | 0.05 | `(0, 1)` |
+///
+/// # Errors
+///
+/// Setters never fail: an invalid value is reported as [`Error::Config`] by the first
+/// operation, before any I/O.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let cluster = testenv::Cluster::start(3);
+/// use redmutex::Redlock;
+/// use std::time::Duration;
+///
+/// let redlock = Redlock::connect(cluster.urls()).await?;
+/// let election = redlock.new_election("scheduler").with_expiry(Duration::from_secs(2));
+/// let leadership = election.campaign("host-a").await?;
+/// let leader = election.leader().await?.expect("a leader");
+/// assert_eq!((leader.identity.as_str(), leader.epoch), ("host-a", leadership.epoch()));
+/// leadership.resign().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[doc = include_str!("../../../doc/rustdoc-links.md")]
+#[doc = include_str!("../../../doc/election.md")]
+#[derive(Clone, Debug)]
+pub struct Election {
+    mutex: Mutex,
+    renew_every: Option<Duration>,
+}
+
+impl Election {
+    pub(crate) fn new(nodes: Arc<[Node]>, listeners: Arc<Listeners>, name: Arc<str>) -> Self {
+        // Checked for the name alone; each campaign brings its identity.
+        let target = Arc::new(ElectionTarget::new(name, "-".into()));
+        let mutex = Mutex::new(nodes, listeners, target).with_settings(|s| {
+            s.fencing = true;
+            s.wake_on_release = true;
+            s.tries = u32::MAX;
+        });
+        Election {
+            mutex,
+            renew_every: None,
+        }
+    }
+
+    /// The lease: how long the nodes keep a leader that stopped renewing. Default 8 s. A crashed
+    /// leader is replaced after at most this long (and a retry delay); see
+    /// [`Mutex::with_expiry`] for the bounds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let election = redlock.new_election("cron").with_expiry(Duration::from_secs(4));
+    /// assert_eq!(election.expiry(), Duration::from_secs(4));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_expiry(mut self, lease: Duration) -> Self {
+        self.mutex = self.mutex.with_settings(|s| s.expiry = lease);
+        self
+    }
+
+    /// How often a leader renews its lease. Default: a third of the lease. Must be more than zero
+    /// and less than the lease ([`Error::Config`] from [`campaign`](Election::campaign)
+    /// otherwise): a renewal that does not succeed before the lease ends loses the leadership.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let election = redlock.new_election("cron").with_renew_every(Duration::from_secs(1));
+    /// assert_eq!(election.renew_every(), Duration::from_secs(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// How many attempts a campaign makes before it gives up with the last attempt's error.
+    /// Default `u32::MAX`: in effect, until elected. See [`Mutex::with_tries`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let election = redlock.new_election("cron").with_tries(1); // one attempt: try to lead
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_tries(mut self, tries: u32) -> Self {
+        self.mutex = self.mutex.with_settings(|s| s.tries = tries);
+        self
+    }
+
+    /// The delay between a standby's attempts when no release notice wakes it earlier (a leader
+    /// that resigns wakes standbys at once; one that crashed is found by these attempts once
+    /// its lease ran out). See [`Mutex::with_retry_delay`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let election = redlock.new_election("cron").with_retry_delay(Duration::from_millis(100));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_retry_delay(mut self, delay: Duration) -> Self {
+        self.mutex = self.mutex.with_retry_delay(delay);
+        self
+    }
+
+    /// The delay after attempt number `n`, computed. See [`Mutex::with_retry_delay_fn`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let election = redlock
+    ///     .new_election("cron")
+    ///     .with_retry_delay_fn(|n| Duration::from_millis(50 * u64::from(n.min(10))));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_retry_delay_fn<F>(mut self, delay: F) -> Self
+    where
+        F: Fn(u32) -> Duration + Send + Sync + 'static,
+    {
+        self.mutex = self.mutex.with_retry_delay_fn(delay);
+        self
+    }
+
+    /// The allowance for clock drift, as a fraction of the lease. See
+    /// [`Mutex::with_drift_factor`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let election = redlock.new_election("cron").with_drift_factor(0.02);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_drift_factor(mut self, factor: f64) -> Self {
+        self.mutex = self.mutex.with_drift_factor(factor);
+        self
+    }
+
+    /// The per-node timeout, as a fraction of the lease. See [`Mutex::with_timeout_factor`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let election = redlock.new_election("cron").with_timeout_factor(0.1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_timeout_factor(mut self, factor: f64) -> Self {
+        self.mutex = self.mutex.with_timeout_factor(factor);
+        self
+    }
+
+    /// The election's name: the key of its lock on every node.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// assert_eq!(redlock.new_election("cron").name(), "cron");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.mutex.name()
+    }
+
+    /// The lease as configured.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// assert_eq!(redlock.new_election("cron").expiry(), std::time::Duration::from_secs(8));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn expiry(&self) -> Duration {
+        self.mutex.expiry()
+    }
+
+    /// The renewal period: as set, or a third of the lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let election = redlock.new_election("cron").with_expiry(Duration::from_secs(3));
+    /// assert_eq!(election.renew_every(), Duration::from_secs(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn renew_every(&self) -> Duration {
+        self.renew_every.unwrap_or(self.expiry() / 3)
+    }
+
+    /// The renewal period, checked against the lease.
+    fn checked_renew_every(&self) -> Result<Duration, Error> {
+        let every = self.renew_every();
+        if every.is_zero() || every >= self.expiry() {
+            return Err(Error::config(
+                "renew_every",
+                format!(
+                    "must be more than zero and less than the lease ({:?}), got {every:?}",
+                    self.expiry()
+                ),
+            ));
+        }
+        Ok(every)
+    }
+
+    /// Campaigns until this candidate leads, and returns its leadership.
+    ///
+    /// Each attempt is a fenced acquisition of the election's lock; its second round raises the
+    /// fencing counter to the new epoch and writes `identity` and the epoch to the leader's record
+    /// in the same script, on a quorum, before this returns. While another leads, the candidate
+    /// waits for a release notice (a resignation wakes it at once), or its retry delay (a leader
+    /// that crashed is replaced once its lease ran out). `identity` is public: anybody reading
+    /// [`leader`](Election::leader) sees it; the lock's value stays secret.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] (before any I/O) for invalid settings or an empty identity; after
+    /// [`with_tries`](Election::with_tries) attempts, the last one's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future releases whatever it may have acquired, in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let election = redlock.new_election("indexer");
+    /// let first = election.campaign("pod-1").await?;
+    /// first.resign().await?;
+    /// let second = election.campaign("pod-2").await?;
+    /// assert!(second.epoch() > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign(&self, identity: impl Into<String>) -> Result<Leadership, Error> {
+        let identity: Arc<str> = identity.into().into();
+        check_identity(&identity)?;
+        let renew_every = self.checked_renew_every()?;
+        let target = Arc::new(ElectionTarget::new(
+            Arc::clone(self.mutex.resource().target().first()),
+            Arc::clone(&identity),
+        ));
+        let lock = self.mutex.clone().with_target(target).lock().await?;
+        let Some(epoch) = lock.token() else {
+            // Not reached: every election is fenced.
+            return Err(Error::config(
+                "fencing",
+                "an election's lock must be fenced",
+            ));
+        };
+        let keep = lock.keep_alive(renew_every);
+        Ok(Leadership {
+            lock,
+            keep,
+            identity,
+            epoch,
+        })
+    }
+
+    /// Who leads, read from every node at once: the leader a quorum of nodes names, or `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoQuorum`] when too few nodes answered to tell; [`Error::Config`] for invalid
+    /// settings.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let election = redlock.new_election("indexer");
+    /// assert!(election.leader().await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>, Error> {
+        let plan = self.mutex.plan()?;
+        let nodes = self.mutex.resource().nodes();
+        let name = self.name();
+        let record = record_key(name);
+        let keys = [name, record.as_str()];
+        let keys = &keys[..];
+        let started = Instant::now();
+        let answers = each_node(nodes, plan.node_timeout, |_, mut connection| async move {
+            read_seen(eval(&mut connection, &READ_LEADER, keys, &[]).await?)
+        })
+        .await;
+        let leader = judge(answers, quorum(nodes.len()), started.elapsed())?;
+        Ok(leader.map(|(epoch, identity, time_left)| LeaderInfo {
+            identity,
+            epoch,
+            time_left,
+        }))
+    }
+
+    /// A stream of who leads: the first reading at once, then each change (a new leader, or
+    /// none), read every [`renew_every`](Election::renew_every). Errors are passed on, and the
+    /// stream goes on reading; the first reading after an error is passed on whatever it says.
+    ///
+    /// A change is seen within one period of the nodes recording it: a leader that resigns or
+    /// crashes, and the next one's election.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use futures::StreamExt;
+    /// use std::time::Duration;
+    ///
+    /// let election = redlock.new_election("indexer").with_expiry(Duration::from_secs(1));
+    /// let mut watch = Box::pin(election.watch());
+    /// assert!(watch.next().await.expect("a first reading")?.is_none());
+    /// let leadership = election.campaign("pod-1").await?;
+    /// let leader = watch.next().await.expect("a change")?.expect("a leader");
+    /// assert_eq!(leader.epoch, leadership.epoch());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch(&self) -> impl Stream<Item = Result<Option<LeaderInfo>, Error>> + Send + 'static {
+        let election = self.clone();
+        let every = self.renew_every().max(Duration::from_millis(1));
+        // The last leader passed on (`None` before the first reading and after an error, so
+        // that the next reading is news), and whether the next reading waits a period first.
+        let state: (Election, Option<Option<(u64, String)>>, bool) = (election, None, false);
+        futures::stream::unfold(state, move |(election, last, wait)| async move {
+            let mut wait = wait;
+            loop {
+                if wait {
+                    tokio::time::sleep(every).await;
+                }
+                wait = true;
+                match election.leader().await {
+                    Err(error) => return Some((Err(error), (election, None, true))),
+                    Ok(leader) => {
+                        let key = leader.as_ref().map(|l| (l.epoch, l.identity.clone()));
+                        if last.as_ref() != Some(&key) {
+                            return Some((Ok(leader), (election, Some(key), true)));
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Who leads an election, as a quorum of nodes recorded it ([`Election::leader`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// The identity the leader campaigned with.
+    pub identity: String,
+    /// The leader's epoch (its fencing token).
+    pub epoch: u64,
+    /// How long a quorum of nodes still holds the leader's lease, from the reading's end; the
+    /// leader renews it well before.
+    pub time_left: Duration,
+}
+
+/// Why a [`Leadership`] ended ([`Leadership::lost`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum LeadershipEnd {
+    /// A renewal failed: the lease may be taken by another (stop acting as leader). Carries the
+    /// error.
+    Lost(Error),
+    /// The lease ran out before a renewal succeeded (stop acting as leader).
+    Expired,
+    /// The leadership was resigned.
+    Resigned,
+}
+
+/// Leading an election ([`Election::campaign`]): renews its lease in the background while it
+/// lives, and says when it is lost.
+///
+/// Act as leader only while [`is_leading`](Leadership::is_leading) holds, around the work with
+/// [`lost`](Leadership::lost), and write to shared resources with [`epoch`](Leadership::epoch) as
+/// a fencing token, so that a leader that was paused past its lease is refused there. Dropping it
+/// stops renewing and resigns in the background (best effort; the lease expires otherwise).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redmutex::Error> {
+/// # let cluster = testenv::Cluster::start(3);
+/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+/// use std::time::Duration;
+///
+/// let election = redlock.new_election("billing").with_expiry(Duration::from_secs(1));
+/// let leadership = election.campaign("worker-3").await?;
+/// tokio::select! {
+///     end = leadership.lost() => panic!("lost: {end:?}"),
+///     () = tokio::time::sleep(Duration::from_secs(2)) => {} // work, twice the lease
+/// }
+/// assert!(leadership.is_leading());
+/// leadership.resign().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Leadership {
+    lock: Lock,
+    keep: KeepAlive,
+    identity: Arc<str>,
+    epoch: u64,
+}
+
+impl Leadership {
+    /// The epoch: the fencing token of this term, greater than every earlier leader's. Pass it
+    /// with every write to a resource that remembers the highest it accepted (see
+    /// [`fenced_set`](crate::fenced_set)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let election = redlock.new_election("e");
+    /// let first = election.campaign("a").await?.epoch();
+    /// let second = election.campaign("b").await?.epoch(); // after the first was dropped
+    /// assert!(second > first);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The identity this leader campaigned with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("e").campaign("a").await?;
+    /// assert_eq!(leadership.identity(), "a");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Until when this leader may act as one, on this process's monotonic clock: the lease's
+    /// validity after the last successful renewal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("e").campaign("a").await?;
+    /// assert!(leadership.valid_until() > std::time::Instant::now());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn valid_until(&self) -> Instant {
+        self.lock.valid_until()
+    }
+
+    /// Why the leadership ended, if it has; checked without waiting, on the clock too, so a
+    /// leader that was paused past its lease sees it ended at its first look, before the renewal
+    /// task had a chance to run.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("e").campaign("a").await?;
+    /// assert!(leadership.end().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn end(&self) -> Option<LeadershipEnd> {
+        if let Some(end) = self.keep.end() {
+            return Some(ended(end));
+        }
+        (Instant::now() >= self.lock.valid_until()).then_some(LeadershipEnd::Expired)
+    }
+
+    /// Whether this candidate still leads: [`end`](Leadership::end) is `None`. Check it before
+    /// each step of the leader's work.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("e").campaign("a").await?;
+    /// assert!(leadership.is_leading());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_leading(&self) -> bool {
+        self.end().is_none()
+    }
+
+    /// Resolves when the leadership ends, with the reason: a renewal failed, or the lease ran out
+    /// without one (at the latest at [`valid_until`](Leadership::valid_until)). At once if it
+    /// already has.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe; call it again to wait again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use redmutex::LeadershipEnd;
+    /// use std::time::Duration;
+    ///
+    /// let election = redlock.new_election("e").with_expiry(Duration::from_millis(600));
+    /// let leadership = election.campaign("a").await?;
+    /// for node in 0..3 {
+    ///     cluster.node(node).del("e"); // an operator breaks the lock
+    /// }
+    /// let end = leadership.lost().await;
+    /// assert!(matches!(end, LeadershipEnd::Lost(_)), "{end:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lost(&self) -> LeadershipEnd {
+        loop {
+            if let Some(end) = self.end() {
+                return end;
+            }
+            let until = self.lock.valid_until();
+            tokio::select! {
+                end = self.keep.ended() => return ended(end),
+                // A renewal may have moved the deadline meanwhile: look again.
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+    }
+
+    /// Resigns: stops renewing and releases the lease on every node, which wakes the waiting
+    /// candidates at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::unlock`]: [`Error::Expired`] or [`Error::Taken`] when the lease was lost
+    /// already, [`Error::NoQuorum`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lease released on some nodes only; the rest is released
+    /// in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let election = redlock.new_election("e");
+    /// election.campaign("a").await?.resign().await?;
+    /// assert!(election.leader().await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn resign(self) -> Result<(), Error> {
+        let Leadership { lock, keep, .. } = self;
+        drop(keep);
+        lock.unlock().await
+    }
+}
+
+/// The keep-alive's end as the leadership's.
+fn ended(end: KeepAliveEnd) -> LeadershipEnd {
+    match end {
+        KeepAliveEnd::Lost(error) => LeadershipEnd::Lost(error),
+        KeepAliveEnd::Unlocked => LeadershipEnd::Resigned,
+        // No limits are set on a leadership's keep-alive; were one reached, the lease would
+        // still run out.
+        _ => LeadershipEnd::Expired,
+    }
+}
