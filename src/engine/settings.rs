@@ -39,6 +39,8 @@ pub(crate) struct Settings {
     pub wake_on_release: bool,
     pub fair: bool,
     pub value_fn: Option<ValueFn>,
+    /// The `use` label of the primitive's metrics.
+    pub metrics_label: Option<&'static str>,
 }
 
 impl Default for Settings {
@@ -55,6 +57,7 @@ impl Default for Settings {
             wake_on_release: false,
             fair: false,
             value_fn: None,
+            metrics_label: None,
         }
     }
 }
@@ -73,6 +76,7 @@ impl fmt::Debug for Settings {
             .field("wake_on_release", &self.wake_on_release)
             .field("fair", &self.fair)
             .field("value_fn", &self.value_fn.as_ref().map(|_| "fn"))
+            .field("metrics_label", &self.metrics_label)
             .finish()
     }
 }

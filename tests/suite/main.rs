@@ -30,6 +30,7 @@ mod fencing;
 mod inspect;
 mod keep_alive;
 mod keys;
+mod metrics;
 mod multi;
 mod network;
 mod recovery;
