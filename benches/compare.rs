@@ -51,7 +51,10 @@
 //! Two contenders run only when `BENCH_ONLY` is set and selects them, so that a full default run
 //! keeps its length: **redmutex wake** (`with_wake_on_release(true)`) and **redmutex fair**
 //! (`with_fair(true)`), default options otherwise, uncontended workloads only, their ratios against
-//! **redmutex default**: what each way of waiting costs while nobody waits.
+//! **redmutex default**: what each way of waiting costs while nobody waits. Likewise, built with
+//! `--features metrics`, **redmutex metrics**: default options recording every series of
+//! doc/metrics.md into metrics-exporter-prometheus's recorder, rendered every 5 s as a scrape
+//! would (`benches/support/recording.rs`; the other rows record nothing), in every workload.
 //!
 //! Then the hand-off rows of the ways of waiting (`benches/support/handoff.rs`): tasks on one name,
 //! polling, woken by release notices or in the fair line, in one client or in several, interleaved
@@ -84,6 +87,9 @@ mod harness;
 
 #[path = "support/handoff.rs"]
 mod handoff;
+
+#[path = "support/recording.rs"]
+mod recording;
 
 use harness::{Contender, EXPIRY, Flavor, Json, NODES, RoundRatios, Row, TRIES, Timing, Workload};
 
@@ -122,6 +128,8 @@ enum Who {
     RedmutexRead,
     /// The write side of a read-write lock, default options.
     RedmutexWrite,
+    /// Default options, recording into a Prometheus recorder (`--features metrics`).
+    RedmutexMetrics,
 }
 
 /// Permits of the semaphore contender: its quorum is 4 of the 5 nodes.
@@ -129,7 +137,7 @@ const SEMAPHORE_PERMITS: u32 = 3;
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 16] = [
+    const ALL: [Who; 17] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
@@ -146,13 +154,15 @@ impl Who {
         Who::RedmutexNames(32),
         Who::RedmutexRead,
         Who::RedmutexWrite,
+        Who::RedmutexMetrics,
     ];
 
     /// Run order before rotation: each library next to its floor, the other primitives and TLS
     /// next to the plain mutex.
-    const RUN: [Who; 16] = [
+    const RUN: [Who; 17] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
+        Who::RedmutexMetrics,
         Who::RedmutexFair,
         Who::RedmutexWake,
         Who::RedmutexTls,
@@ -188,6 +198,7 @@ impl Who {
             Who::RedmutexNames(_) => "redmutex names-n",
             Who::RedmutexRead => "redmutex rw-read",
             Who::RedmutexWrite => "redmutex rw-write",
+            Who::RedmutexMetrics => "redmutex metrics",
         }
     }
 
@@ -206,7 +217,10 @@ impl Who {
     /// Whether the contender runs only when `BENCH_ONLY` is set and selects it, so that a full
     /// default run keeps its length.
     fn opt_in(self) -> bool {
-        matches!(self, Who::RedmutexWake | Who::RedmutexFair)
+        matches!(
+            self,
+            Who::RedmutexWake | Who::RedmutexFair | Who::RedmutexMetrics
+        )
     }
 
     /// The row each contender's ratios are taken against: a floor, or for the other primitives
@@ -219,7 +233,9 @@ impl Who {
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
             Who::RedmutexTls | Who::RedmutexSemaphore => Some(Who::RedmutexDefault),
-            Who::RedmutexWake | Who::RedmutexFair => Some(Who::RedmutexDefault),
+            Who::RedmutexWake | Who::RedmutexFair | Who::RedmutexMetrics => {
+                Some(Who::RedmutexDefault)
+            }
             Who::RedmutexNames(_) | Who::RedmutexRead | Who::RedmutexWrite => {
                 Some(Who::RedmutexDefault)
             }
@@ -228,7 +244,11 @@ impl Who {
 
     /// Whether this build can run it: the TLS row needs `--features tls`.
     fn built(self) -> bool {
-        self != Who::RedmutexTls || cfg!(feature = "tls")
+        match self {
+            Who::RedmutexTls => cfg!(feature = "tls"),
+            Who::RedmutexMetrics => cfg!(feature = "metrics"),
+            _ => true,
+        }
     }
 }
 
@@ -533,6 +553,7 @@ fn run_contender(
 ) -> Row {
     let name = who.name();
     let urls = urls.to_vec();
+    recording::record(who == Who::RedmutexMetrics);
     match who {
         Who::FloorWaitAll => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
@@ -568,7 +589,8 @@ fn run_contender(
         | Who::RedmutexFencing
         | Who::RedmutexTls
         | Who::RedmutexWake
-        | Who::RedmutexFair => {
+        | Who::RedmutexFair
+        | Who::RedmutexMetrics => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
                 let redlock = match who {
                     Who::RedmutexTls => tls_redlock(tls).await?,

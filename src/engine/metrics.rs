@@ -350,3 +350,134 @@ pub(crate) fn node_timed_out(node: usize) {
     #[cfg(not(feature = "metrics"))]
     let _ = node;
 }
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use std::time::Duration;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+
+    /// What `record` recorded: each series as `name{k=v,...}` with its value.
+    fn recorded(record: impl FnOnce()) -> Vec<(String, DebugValue)> {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, record);
+        let mut series: Vec<_> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let key = key.key();
+                let labels: Vec<String> = key
+                    .labels()
+                    .map(|label| format!("{}={}", label.key(), label.value()))
+                    .collect();
+                (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+            })
+            .collect();
+        series.sort_by(|a, b| a.0.cmp(&b.0));
+        series
+    }
+
+    fn names(series: &[(String, DebugValue)]) -> Vec<&str> {
+        series.iter().map(|(name, _)| name.as_str()).collect()
+    }
+
+    const MUTEX: Labels = Labels {
+        primitive: "mutex",
+        use_label: None,
+    };
+
+    #[test]
+    fn a_node_that_answers_anything_is_ok_and_a_refusal_is_not_an_error() {
+        let started = Instant::now();
+        let series = recorded(|| {
+            node_reply(0, &Ok::<u64, _>(1), started);
+            node_reply(1, &Err::<u64, _>(NodeErrorKind::Taken), started);
+            node_reply(2, &Err::<u64, _>(NodeErrorKind::CrossSlot), started);
+            node_reply(
+                20,
+                &Err::<u64, _>(NodeErrorKind::UnexpectedReply("x".into())),
+                started,
+            );
+            node_timed_out(3);
+        });
+        assert_eq!(
+            names(&series),
+            [
+                "redmutex_node_requests_total{node=0,outcome=ok}",
+                "redmutex_node_requests_total{node=1,outcome=ok}",
+                "redmutex_node_requests_total{node=2,outcome=refused}",
+                "redmutex_node_requests_total{node=20,outcome=error}",
+                "redmutex_node_requests_total{node=3,outcome=timeout}",
+                "redmutex_node_seconds{node=0}",
+                "redmutex_node_seconds{node=1}",
+                "redmutex_node_seconds{node=20}",
+                "redmutex_node_seconds{node=2}",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hold_ends_once_whichever_path_ends_it() {
+        let series = recorded(|| {
+            let labels = Labels {
+                primitive: "write",
+                use_label: Some("catalog"),
+            };
+            let mut hold = Hold::start(&labels);
+            lost(&labels, &mut hold, Lost::Taken);
+            lost(&labels, &mut hold, Lost::KeepAliveFailed);
+            assert!(!hold.end(End::Unlocked));
+            hold.drop_at(Instant::now());
+        });
+        assert_eq!(
+            names(&series),
+            [
+                "redmutex_held_seconds{primitive=write,end=lost,use=catalog}",
+                "redmutex_held{primitive=write,use=catalog}",
+                "redmutex_lost_total{primitive=write,reason=taken,use=catalog}",
+            ]
+        );
+        assert_eq!(series[1].1, DebugValue::Gauge(0.0.into()));
+        assert_eq!(series[2].1, DebugValue::Counter(1));
+    }
+
+    #[test]
+    fn a_hold_dropped_after_its_validity_ended_expired() {
+        let series = recorded(|| {
+            let mut valid = Hold::start(&MUTEX);
+            valid.drop_at(Instant::now() + Duration::from_secs(60));
+            let mut late = Hold::start(&MUTEX);
+            late.drop_at(Instant::now());
+        });
+        assert_eq!(
+            names(&series),
+            [
+                "redmutex_held_seconds{primitive=mutex,end=dropped}",
+                "redmutex_held_seconds{primitive=mutex,end=expired}",
+                "redmutex_held{primitive=mutex}",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_waiter_counts_while_it_lives() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let gauge = || match &snapshotter.snapshot().into_vec()[..] {
+            // A snapshot reads and resets: each reading is the change since the last.
+            [(_, _, _, DebugValue::Gauge(value))] => value.0,
+            other => panic!("{other:?}"),
+        };
+        let first = Waiter::enter(&MUTEX);
+        let second = Waiter::enter(&MUTEX);
+        drop(first);
+        assert_eq!(gauge(), 1.0, "one waits");
+        drop(second);
+        assert_eq!(gauge(), -1.0, "and then none");
+    }
+}
