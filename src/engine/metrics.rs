@@ -297,18 +297,38 @@ pub(crate) fn extension<T>(labels: &Labels, outcome: &Result<T, Error>) {
     let _ = (labels, outcome);
 }
 
-/// Node indices as labels, without formatting the common ones.
+/// A node series' handle. For the first 16 nodes its key is a `static` (the label values are
+/// literals), so recording builds no key: no label list to allocate, no hash to compute; a
+/// recording per node reply is most of what redmutex records.
 #[cfg(feature = "metrics")]
-const NODE_LABELS: [&str; 16] = [
-    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
-];
-
-#[cfg(feature = "metrics")]
-fn node_label(node: usize) -> metrics::SharedString {
-    match NODE_LABELS.get(node) {
-        Some(label) => metrics::SharedString::const_str(label),
-        None => node.to_string().into(),
-    }
+macro_rules! node_series {
+    (requests, $node:expr, $outcome:literal) => {
+        node_series!(@requests $node, $outcome; NODES)
+    };
+    (seconds, $node:expr) => {
+        node_series!(@seconds $node; NODES)
+    };
+    (@$which:ident $node:expr $(, $outcome:literal)?; NODES) => {
+        node_series!(@$which $node $(, $outcome)?;
+            0 "0" 1 "1" 2 "2" 3 "3" 4 "4" 5 "5" 6 "6" 7 "7"
+            8 "8" 9 "9" 10 "10" 11 "11" 12 "12" 13 "13" 14 "14" 15 "15")
+    };
+    (@requests $node:expr, $outcome:literal; $($n:literal $s:literal)*) => {
+        match $node {
+            $($n => metrics::counter!(
+                "redmutex_node_requests_total", "node" => $s, "outcome" => $outcome
+            ),)*
+            n => metrics::counter!(
+                "redmutex_node_requests_total", "node" => n.to_string(), "outcome" => $outcome
+            ),
+        }
+    };
+    (@seconds $node:expr; $($n:literal $s:literal)*) => {
+        match $node {
+            $($n => metrics::histogram!("redmutex_node_seconds", "node" => $s),)*
+            n => metrics::histogram!("redmutex_node_seconds", "node" => n.to_string()),
+        }
+    };
 }
 
 /// Node `node` answered a request sent at `started` (`redmutex_node_requests_total` and
@@ -317,7 +337,7 @@ fn node_label(node: usize) -> metrics::SharedString {
 pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, started: Instant) {
     #[cfg(feature = "metrics")]
     {
-        let outcome = match reply {
+        let requests = match reply {
             // An answer, whatever it says of the lock: the node is healthy.
             Ok(_)
             | Err(
@@ -325,16 +345,19 @@ pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, start
                 | NodeErrorKind::Missing
                 | NodeErrorKind::InLine { .. }
                 | NodeErrorKind::LineAhead,
-            ) => "ok",
-            Err(NodeErrorKind::Timeout(_)) => "timeout",
-            Err(kind) if kind.is_refusal() => "refused",
-            Err(_) => "error",
+            ) => node_series!(requests, node, "ok"),
+            Err(NodeErrorKind::Timeout(_)) => {
+                node_series!(requests, node, "timeout")
+            }
+            Err(kind) if kind.is_refusal() => {
+                node_series!(requests, node, "refused")
+            }
+            Err(_) => {
+                node_series!(requests, node, "error")
+            }
         };
-        let node = node_label(node);
-        metrics::histogram!("redmutex_node_seconds", "node" => node.clone())
-            .record(started.elapsed());
-        metrics::counter!("redmutex_node_requests_total", "node" => node, "outcome" => outcome)
-            .increment(1);
+        node_series!(seconds, node).record(started.elapsed());
+        requests.increment(1);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (node, reply, started);
@@ -345,8 +368,7 @@ pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, start
 #[inline]
 pub(crate) fn node_timed_out(node: usize) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("redmutex_node_requests_total", "node" => node_label(node), "outcome" => "timeout")
-        .increment(1);
+    node_series!(requests, node, "timeout").increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = node;
 }
