@@ -442,6 +442,21 @@ mod tests {
         );
     }
 
+    /// Two recorders one after the other on one thread, which may share an address: each gets
+    /// its own recordings (handles kept across recordings, keyed by the recorder's address, fail
+    /// this).
+    #[test]
+    fn node_series_follow_the_recorder() {
+        let first = recorded(|| node_reply(0, &Ok::<u64, _>(1), Instant::now()));
+        let second = recorded(|| node_reply(0, &Ok::<u64, _>(1), Instant::now()));
+        for series in [first, second] {
+            let ok = series
+                .iter()
+                .find(|(name, _)| name == "redmutex_node_requests_total{node=0,outcome=ok}");
+            assert_eq!(ok.map(|(_, value)| value), Some(&DebugValue::Counter(1)));
+        }
+    }
+
     #[test]
     fn a_hold_ends_once_whichever_path_ends_it() {
         let series = recorded(|| {
