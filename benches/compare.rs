@@ -58,7 +58,10 @@
 //! Two contenders run only when `BENCH_ONLY` is set and selects them, so that a full default run
 //! keeps its length: **redmutex wake** (`with_wake_on_release(true)`) and **redmutex fair**
 //! (`with_fair(true)`), default options otherwise, uncontended workloads only, their ratios against
-//! **redmutex default**: what each way of waiting costs while nobody waits.
+//! **redmutex default**: what each way of waiting costs while nobody waits. Likewise, built with
+//! `--features metrics`, **redmutex metrics**: default options recording every series of
+//! doc/metrics.md into metrics-exporter-prometheus's recorder, rendered every 5 s as a scrape
+//! would (`benches/support/recording.rs`; the other rows record nothing), in every workload.
 //!
 //! Then the hand-off rows of the ways of waiting (`benches/support/handoff.rs`): tasks on one name,
 //! polling, woken by release notices or in the fair line, in one client or in several, interleaved
@@ -91,6 +94,9 @@ mod harness;
 
 #[path = "support/handoff.rs"]
 mod handoff;
+
+#[path = "support/recording.rs"]
+mod recording;
 
 use harness::{Contender, EXPIRY, Flavor, Json, NODES, RoundRatios, Row, TRIES, Timing, Workload};
 
@@ -133,6 +139,8 @@ enum Who {
     MemberStandalone(usize),
     /// Default options with this many 3-master Redis Clusters as members.
     MemberCluster(usize),
+    /// Default options, recording into a Prometheus recorder (`--features metrics`).
+    RedmutexMetrics,
 }
 
 /// Permits of the semaphore contender: its quorum is 4 of the 5 nodes.
@@ -140,7 +148,7 @@ const SEMAPHORE_PERMITS: u32 = 3;
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 20] = [
+    const ALL: [Who; 21] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
@@ -161,13 +169,15 @@ impl Who {
         Who::MemberCluster(1),
         Who::MemberStandalone(3),
         Who::MemberCluster(3),
+        Who::RedmutexMetrics,
     ];
 
     /// Run order before rotation: each library next to its floor, the other primitives and TLS
     /// next to the plain mutex.
-    const RUN: [Who; 20] = [
+    const RUN: [Who; 21] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
+        Who::RedmutexMetrics,
         Who::RedmutexFair,
         Who::RedmutexWake,
         Who::RedmutexTls,
@@ -213,6 +223,7 @@ impl Who {
             Who::MemberCluster(3) => "redmutex 3 clusters",
             Who::MemberStandalone(_) => "redmutex n standalone",
             Who::MemberCluster(_) => "redmutex n clusters",
+            Who::RedmutexMetrics => "redmutex metrics",
         }
     }
 
@@ -241,6 +252,7 @@ impl Who {
             self,
             Who::RedmutexWake
                 | Who::RedmutexFair
+                | Who::RedmutexMetrics
                 | Who::MemberStandalone(_)
                 | Who::MemberCluster(_)
         )
@@ -257,7 +269,9 @@ impl Who {
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
             Who::RedmutexTls | Who::RedmutexSemaphore => Some(Who::RedmutexDefault),
-            Who::RedmutexWake | Who::RedmutexFair => Some(Who::RedmutexDefault),
+            Who::RedmutexWake | Who::RedmutexFair | Who::RedmutexMetrics => {
+                Some(Who::RedmutexDefault)
+            }
             Who::RedmutexNames(_) | Who::RedmutexRead | Who::RedmutexWrite => {
                 Some(Who::RedmutexDefault)
             }
@@ -266,7 +280,11 @@ impl Who {
 
     /// Whether this build can run it: the TLS row needs `--features tls`.
     fn built(self) -> bool {
-        self != Who::RedmutexTls || cfg!(feature = "tls")
+        match self {
+            Who::RedmutexTls => cfg!(feature = "tls"),
+            Who::RedmutexMetrics => cfg!(feature = "metrics"),
+            _ => true,
+        }
     }
 }
 
@@ -610,6 +628,7 @@ fn run_contender(
         return Row::failed(name, flavor, workload, timing, "too few nodes".into());
     };
     let urls = members.to_vec();
+    recording::record(who == Who::RedmutexMetrics);
     match who {
         Who::FloorWaitAll => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {
@@ -646,6 +665,7 @@ fn run_contender(
         | Who::RedmutexTls
         | Who::RedmutexWake
         | Who::RedmutexFair
+        | Who::RedmutexMetrics
         | Who::MemberStandalone(_)
         | Who::MemberCluster(_) => {
             harness::run_row(name, flavor, workload, timing, prefix, |names| async move {

@@ -36,3 +36,7 @@ pub mod performance {}
 #[doc = include_str!("../doc/rustdoc-links.md")]
 #[doc = include_str!("../doc/testing.md")]
 pub mod testing {}
+
+#[doc = include_str!("../doc/rustdoc-links.md")]
+#[doc = include_str!("../doc/metrics.md")]
+pub mod metrics {}

@@ -1,6 +1,7 @@
 //! The command line, as clap reads it.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -31,6 +32,13 @@ pub struct Cli {
     /// Default: the REDMUTEX_NODES environment variable.
     #[arg(long, global = true, value_name = "URL,...")]
     pub nodes: Option<String>,
+
+    /// On exit, write what redmutex recorded (its metrics, and for `run` the outcome in
+    /// redmutex_run_total) to PATH as a Prometheus text snapshot, e.g. into the node exporter's
+    /// textfile collector directory (PATH ending in .prom). Written to a temporary file beside
+    /// PATH, then renamed over it.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Command,

@@ -8,6 +8,7 @@ mod doctor;
 mod duration;
 mod elect;
 mod exit;
+mod metrics;
 mod orphan;
 mod redact;
 mod run;
@@ -45,7 +46,23 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(OS_ERROR, format!("cannot start the runtime: {error}")),
     };
-    runtime.block_on(dispatch(cli))
+    let metrics_file = cli.metrics_file.clone();
+    let recorder = match metrics_file
+        .as_ref()
+        .map(|_| metrics::install())
+        .transpose()
+    {
+        Ok(recorder) => recorder,
+        Err(message) => return fail(OS_ERROR, message),
+    };
+    let code = runtime.block_on(dispatch(cli));
+    if let (Some(path), Some(handle)) = (metrics_file, recorder) {
+        // The command's exit code stands: a snapshot that cannot be written is only reported.
+        if let Err(message) = metrics::write(&handle, &path) {
+            exit::say(message);
+        }
+    }
+    code
 }
 
 async fn dispatch(cli: Cli) -> ExitCode {

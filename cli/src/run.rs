@@ -10,7 +10,7 @@ use rustix::process::Signal;
 
 use crate::args::RunArgs;
 use crate::exit::{
-    CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, USAGE, acquire_code, fail, say,
+    CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, UNAVAILABLE, USAGE, acquire_code, fail, say,
 };
 use crate::orphan::die_with_parent;
 use crate::supervise::{KeptLock, Outcome, Signals, supervise};
@@ -24,14 +24,19 @@ const EXTENSIONS_PER_EXPIRY: u32 = 3;
 
 pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
     if args.name.is_empty() {
-        return fail(USAGE, "NAME must not be empty");
+        return counted("usage", fail(USAGE, "NAME must not be empty"));
     }
     let Some((program, program_args)) = args.command.split_first() else {
-        return fail(USAGE, "no COMMAND given after --");
+        return counted("usage", fail(USAGE, "no COMMAND given after --"));
     };
     let mut signals = match Signals::install() {
         Ok(signals) => signals,
-        Err(error) => return fail(OS_ERROR, format!("cannot handle signals: {error}")),
+        Err(error) => {
+            return counted(
+                "error",
+                fail(OS_ERROR, format!("cannot handle signals: {error}")),
+            );
+        }
     };
     let mutex = redlock
         .new_mutex(args.name.as_str())
@@ -44,12 +49,12 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         signal = signals.recv() => {
             // A lock() cut short releases what it took in the background: give that time to go out.
             cleanup_pause(&args).await;
-            return ExitCode::from(signal_code(signal));
+            return counted("signal", ExitCode::from(signal_code(signal)));
         }
     };
     let lock = match acquired {
         Ok(lock) => lock,
-        Err(code) => return code,
+        Err((outcome, code)) => return counted(outcome, code),
     };
 
     let mut command = tokio::process::Command::new(program);
@@ -69,10 +74,8 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
                 ErrorKind::NotFound => NOT_FOUND,
                 _ => CANNOT_EXECUTE,
             };
-            return fail(
-                code,
-                format!("cannot run {}: {error}", program.to_string_lossy()),
-            );
+            let message = format!("cannot run {}: {error}", program.to_string_lossy());
+            return counted("not_started", fail(code, message));
         }
     };
 
@@ -81,22 +84,42 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
     match supervise(child, &mut kept, args.grace, &mut signals).await {
         Ok(Outcome::Exited(status)) => {
             release(&lock).await;
-            ExitCode::from(status_code(status))
+            let code = status_code(status);
+            counted(code.to_string(), ExitCode::from(code))
         }
         Ok(Outcome::Lost) => {
             // Nodes that still hold this lock's value let go, so the next holder need not wait.
             let _ = lock.unlock().await;
-            ExitCode::from(LOST)
+            counted("lost", ExitCode::from(LOST))
         }
         Err(error) => {
             release(&lock).await;
-            fail(OS_ERROR, format!("lost track of the command: {error}"))
+            let code = fail(OS_ERROR, format!("lost track of the command: {error}"));
+            counted("error", code)
         }
     }
 }
 
-/// Takes the lock as the options say, or says why not and gives the exit code.
-async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, ExitCode> {
+/// Counts the run in `redmutex_run_total` (for `--metrics-file`) with `outcome`: the command's
+/// status when it ran and exited, else what kept it from running or ended it.
+fn counted(outcome: impl Into<metrics::SharedString>, code: ExitCode) -> ExitCode {
+    metrics::counter!("redmutex_run_total", "outcome" => outcome.into()).increment(1);
+    code
+}
+
+/// The outcome label of a run whose lock was not taken, by its exit code.
+fn not_acquired(code: u8) -> &'static str {
+    match code {
+        HELD => "held",
+        UNAVAILABLE => "unavailable",
+        USAGE => "usage",
+        _ => "error",
+    }
+}
+
+/// Takes the lock as the options say, or says why not and gives the exit code (and the outcome
+/// label of the run).
+async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, ExitCode)> {
     let started = Instant::now();
     let error = match mutex.try_lock().await {
         Ok(lock) => return Ok(lock),
@@ -105,7 +128,7 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, ExitCode> {
     let code = acquire_code(&error);
     // Too few nodes answered (69) or bad settings (64): waiting would not help.
     if args.no_wait || code != HELD {
-        return Err(fail(code, why(&args.name, &error)));
+        return Err((not_acquired(code), fail(code, why(&args.name, &error))));
     }
     let waiting = mutex
         .clone()
@@ -120,15 +143,21 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, ExitCode> {
                 Ok(waited) => waited,
                 Err(_) => {
                     cleanup_pause(args).await;
-                    return Err(fail(
-                        HELD,
-                        format!("{}: still held after waiting {limit:?}", args.name),
+                    return Err((
+                        "held",
+                        fail(
+                            HELD,
+                            format!("{}: still held after waiting {limit:?}", args.name),
+                        ),
                     ));
                 }
             }
         }
     };
-    waited.map_err(|error| fail(acquire_code(&error), why(&args.name, &error)))
+    waited.map_err(|error| {
+        let code = acquire_code(&error);
+        (not_acquired(code), fail(code, why(&args.name, &error)))
+    })
 }
 
 fn why(name: &str, error: &Error) -> String {

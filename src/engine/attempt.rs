@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 
 use crate::engine::fanout;
 use crate::engine::held::Held;
+use crate::engine::metrics;
 use crate::engine::quorum::{deadline, validity, whole_millis};
 use crate::engine::request::{Delivery, Op, Request};
 use crate::engine::resource::Resource;
@@ -87,6 +88,7 @@ pub(crate) async fn attempt_once(
         other => other.map(|left| (left, None)),
     };
 
+    metrics::attempt(&resource.labels(), &verdict);
     match verdict {
         Ok((left, token)) => Ok(Held::new(
             resource.clone(),

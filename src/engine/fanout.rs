@@ -10,6 +10,7 @@ use futures::future::{BoxFuture, join_all};
 use rand::seq::SliceRandom;
 use tokio::time::{sleep_until, timeout_at};
 
+use crate::engine::metrics;
 use crate::engine::request::{Delivery, Request, call};
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
@@ -145,10 +146,13 @@ fn timed_out_reply(
 ) -> Reply {
     request.follow_up(connection);
     tracing::trace!(op = request.op_name(), node, ?timeout, "node timed out");
+    metrics::node_timed_out(node);
     Err(NodeErrorKind::Timeout(timeout))
 }
 
+/// Traces and records a reply.
 fn trace_reply(request: &Request, node: usize, reply: &Reply, started: Instant) {
+    metrics::node_reply(node, reply, started);
     tracing::trace!(
         op = request.op_name(),
         node,

@@ -6,6 +6,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use crate::engine::fanout::{self, Stragglers};
+use crate::engine::metrics::{self, End, Hold, Lost};
 use crate::engine::quorum::{deadline, validity, whole_millis};
 use crate::engine::request::{Delivery, Op, Request};
 use crate::engine::resource::Resource;
@@ -29,6 +30,8 @@ struct State {
     /// Calls of this lock's value still in flight (fail-fast): of the acquire, or of an unlock
     /// that failed. Cancelled before the next extend or release.
     stragglers: Option<Stragglers>,
+    /// Counted as held (metrics) until it ends, once, by whichever path ends it.
+    hold: Hold,
 }
 
 impl Held {
@@ -39,6 +42,7 @@ impl Held {
         stragglers: Option<Stragglers>,
         token: Option<u64>,
     ) -> Held {
+        let hold = Hold::start(&resource.labels());
         Held {
             resource,
             value,
@@ -47,6 +51,7 @@ impl Held {
                 valid_until,
                 unlocked: false,
                 stragglers,
+                hold,
             }),
         }
     }
@@ -108,6 +113,12 @@ impl Held {
         if state.unlocked {
             return Err(Error::Unlocked);
         }
+        metrics::extension(&resource.labels(), &judged);
+        match &judged {
+            Err(Error::Expired) => self.lost_with(&mut state, Lost::Expired),
+            Err(Error::Taken { .. }) => self.lost_with(&mut state, Lost::Taken),
+            _ => {}
+        }
         state.valid_until = deadline(start, judged?);
         Ok(())
     }
@@ -144,6 +155,9 @@ impl Held {
             return Err(Error::Unlocked);
         }
         if let Err(error) = judged {
+            if matches!(error, Error::Expired) {
+                state.hold.end(End::Expired);
+            }
             // Not unlocked, so an extend or unlock may follow: the releases still in flight must
             // not land after it. (After success nothing of this value is sent again.)
             if let Some(previous) = std::mem::replace(&mut state.stragglers, in_flight) {
@@ -152,7 +166,18 @@ impl Held {
             return Err(error);
         }
         state.unlocked = true;
+        state.hold.end(End::Unlocked);
         Ok(())
+    }
+
+    /// The lock is known lost while held (a keep-alive gave up): counted once, with the losses
+    /// an extend found.
+    pub(crate) fn lost(&self, reason: Lost) {
+        self.lost_with(&mut self.state(), reason);
+    }
+
+    fn lost_with(&self, state: &mut State, reason: Lost) {
+        metrics::lost(&self.resource.labels(), &mut state.hold, reason);
     }
 
     pub(crate) fn is_unlocked(&self) -> bool {
@@ -188,6 +213,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        state.hold.drop_at(state.valid_until);
         if let Some(stragglers) = state.stragglers.take() {
             stragglers.cancel();
         }

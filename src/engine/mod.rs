@@ -13,6 +13,7 @@ pub(crate) mod attempt;
 pub(crate) mod delay;
 pub(crate) mod fanout;
 pub(crate) mod held;
+pub(crate) mod metrics;
 pub(crate) mod quorum;
 pub(crate) mod request;
 pub(crate) mod resource;

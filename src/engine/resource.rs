@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::engine::metrics::Labels;
 use crate::engine::settings::{Plan, Settings};
 use crate::engine::target::Target;
 use crate::error::Error;
@@ -79,6 +80,14 @@ impl Resource {
     /// A value for a new acquisition.
     pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
         self.config.settings.new_value()
+    }
+
+    /// What its metrics are labelled with.
+    pub(crate) fn labels(&self) -> Labels {
+        Labels {
+            primitive: self.config.target.primitive(),
+            use_label: self.config.settings.metrics_label,
+        }
     }
 
     /// The name that waiting and traces go by: the first of the target's.

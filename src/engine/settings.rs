@@ -41,6 +41,8 @@ pub(crate) struct Settings {
     /// Replicas that must acknowledge each lock write before its member counts; 0 is off.
     pub replica_acks: u32,
     pub value_fn: Option<ValueFn>,
+    /// The `use` label of the primitive's metrics.
+    pub metrics_label: Option<&'static str>,
 }
 
 impl Default for Settings {
@@ -58,6 +60,7 @@ impl Default for Settings {
             fair: false,
             replica_acks: 0,
             value_fn: None,
+            metrics_label: None,
         }
     }
 }
@@ -77,6 +80,7 @@ impl fmt::Debug for Settings {
             .field("fair", &self.fair)
             .field("replica_acks", &self.replica_acks)
             .field("value_fn", &self.value_fn.as_ref().map(|_| "fn"))
+            .field("metrics_label", &self.metrics_label)
             .finish()
     }
 }

@@ -28,6 +28,10 @@ pub(crate) trait Target: fmt::Debug + Send + Sync {
     /// multi-name lock over an empty list, which [`check`](Target::check) refuses before any I/O.
     fn names(&self) -> &[Arc<str>];
 
+    /// The primitive's kind as its metrics label it (`primitive`): `mutex`, `multi`, `read`,
+    /// `write` or `semaphore`.
+    fn primitive(&self) -> &'static str;
+
     /// The first name: the only one for single-name targets, and the one traces show.
     fn first(&self) -> &Arc<str> {
         self.names().first().unwrap_or(&NO_NAME)
@@ -283,6 +287,10 @@ pub(crate) mod tests {
             &self.0
         }
 
+        fn primitive(&self) -> &'static str {
+            "mutex"
+        }
+
         fn check(&self) -> Result<(), Error> {
             if self.0[0].is_empty() {
                 return Err(Error::config("name", "must not be empty"));
@@ -337,6 +345,9 @@ pub(crate) mod tests {
         impl Target for NoNames {
             fn names(&self) -> &[Arc<str>] {
                 &[]
+            }
+            fn primitive(&self) -> &'static str {
+                "mutex"
             }
             fn check(&self) -> Result<(), Error> {
                 Err(Error::config("names", "must not be empty"))

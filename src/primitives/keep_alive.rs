@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::engine::metrics::Lost;
 use crate::error::Error;
 use crate::primitives::lock::Lock;
 
@@ -153,9 +154,16 @@ async fn heartbeat(
         match tokio::time::timeout_at(deadline.into(), beat).await {
             Ok(Ok(())) => extensions += 1,
             Ok(Err(Error::Unlocked)) => break KeepAliveEnd::Unlocked,
-            Ok(Err(error)) => break KeepAliveEnd::Lost(error),
+            Ok(Err(error)) => {
+                // An extend that found the key gone or taken counted the loss already.
+                lock.lost(Lost::KeepAliveFailed);
+                break KeepAliveEnd::Lost(error);
+            }
             Err(_) if lock.is_unlocked() => break KeepAliveEnd::Unlocked,
-            Err(_) => break KeepAliveEnd::Expired,
+            Err(_) => {
+                lock.lost(Lost::KeepAliveTimedOut);
+                break KeepAliveEnd::Expired;
+            }
         }
     };
     report.send_replace(Some(end));

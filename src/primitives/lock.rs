@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 #[cfg(doc)]
 use crate::Mutex;
 use crate::engine::held::Held;
+use crate::engine::metrics::Lost;
 use crate::error::Error;
 use crate::primitives::keep_alive::KeepAlive;
 
@@ -288,6 +289,11 @@ impl Lock {
 
     pub(crate) fn is_unlocked(&self) -> bool {
         self.held.is_unlocked()
+    }
+
+    /// Records that a keep-alive gave the lock up as lost (metrics).
+    pub(crate) fn lost(&self, reason: Lost) {
+        self.held.lost(reason);
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::engine::attempt::{attempt_once, millis_left};
 use crate::engine::fanout;
 use crate::engine::held::Held;
+use crate::engine::metrics;
 use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
@@ -24,6 +25,19 @@ pub(crate) async fn acquire(
     value: Arc<str>,
     tries: u32,
 ) -> Result<Held, Error> {
+    let called = Instant::now();
+    let acquired = attempts(resource, listeners, plan, value, tries).await;
+    metrics::acquired(&resource.labels(), called, &acquired);
+    acquired
+}
+
+async fn attempts(
+    resource: &Resource,
+    listeners: &Listeners,
+    plan: &Plan,
+    value: Arc<str>,
+    tries: u32,
+) -> Result<Held, Error> {
     let mut guard = CancelGuard {
         resource,
         plan,
@@ -33,6 +47,8 @@ pub(crate) async fn acquire(
     let mut waiting = Waiting::new(resource, listeners, plan, tries);
     waiting.before_first_attempt().await;
     let mut attempt = 1;
+    // Counts the call as waiting from its first failed attempt until it returns or is dropped.
+    let mut waiter = None;
     loop {
         let started = Instant::now();
         let last = waiting.is_last(attempt, tries);
@@ -63,6 +79,7 @@ pub(crate) async fn acquire(
             }
             Err((_, cleanup)) => cleanup,
         };
+        waiter.get_or_insert_with(|| metrics::Waiter::enter(&resource.labels()));
         // The next attempt reuses the value, so this attempt's release must be done before it
         // starts, or it could delete the next attempt's keys.
         let (resume, confirmed) =
@@ -75,6 +92,7 @@ pub(crate) async fn acquire(
             );
             guard.armed = false;
             waiting.acquired();
+            metrics::handoff(metrics::Handoff::Fair);
             let value = Arc::clone(&guard.value);
             return Ok(Held::new(resource.clone(), value, valid_until, None, None));
         }

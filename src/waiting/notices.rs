@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::delay::FOREVER;
+use crate::engine::metrics;
 use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::nodes::probe::in_use;
@@ -105,6 +106,9 @@ impl<'a> NoticeWait<'a> {
 
     /// The call got the lock: it leaves the lines for good, keeping the wake-up it used.
     pub(crate) fn acquired(self) {
+        if self.woken.is_some() {
+            metrics::handoff(metrics::Handoff::Wake);
+        }
         for place in self.places {
             place.done();
         }

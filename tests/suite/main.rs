@@ -33,6 +33,7 @@ mod inspect;
 mod interop;
 mod keep_alive;
 mod keys;
+mod metrics;
 mod multi;
 mod network;
 mod recovery;

@@ -421,3 +421,66 @@ fn sigkill_of_redmutex_takes_the_command_with_it() {
     dead.recv_timeout(Duration::from_secs(10))
         .expect("the command ends with redmutex, not 60 s later");
 }
+
+#[tokio::test]
+async fn metrics_file_holds_the_runs_outcome_and_the_librarys_series() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redmutex.prom");
+    let file = path.to_str().unwrap();
+    let ran = run(
+        redmutex(&cluster),
+        &[
+            "--metrics-file",
+            file,
+            "run",
+            "nightly-job",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ],
+    );
+    assert_eq!(ran.code, Some(7), "{ran:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    for series in [
+        "redmutex_run_total{outcome=\"7\"} 1",
+        "redmutex_attempts_total{primitive=\"mutex\",outcome=\"acquired\"} 1",
+        "redmutex_acquire_seconds_bucket{primitive=\"mutex\",outcome=\"acquired\",le=",
+        "redmutex_held_seconds_count{primitive=\"mutex\",end=\"unlocked\"} 1",
+        "redmutex_held{primitive=\"mutex\"} 0",
+        "redmutex_node_requests_total{node=\"2\",outcome=\"ok\"}",
+        "redmutex_node_seconds_bucket{node=\"0\",le=",
+    ] {
+        assert!(text.contains(series), "{series} missing from:\n{text}");
+    }
+    assert!(!text.contains("nightly-job"), "a lock name in:\n{text}");
+    // Renamed into place: nothing else is left in the directory.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    // A run that never started its command says why.
+    let held = holder(&cluster, "nightly-job").await;
+    let ran = run(
+        redmutex(&cluster),
+        &[
+            "--metrics-file",
+            file,
+            "run",
+            "--no-wait",
+            "nightly-job",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(ran.code, Some(75), "{ran:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("redmutex_run_total{outcome=\"held\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("redmutex_attempts_total{primitive=\"mutex\",outcome=\"taken\"} 1"),
+        "{text}"
+    );
+    held.unlock().await.unwrap();
+}

@@ -65,6 +65,11 @@ impl Target for ElectionTarget {
         self.mutex.needs(op)
     }
 
+    fn primitive(&self) -> &'static str {
+        // Its own series: a leader's term and a candidate's wait read differently from a lock's.
+        "election"
+    }
+
     fn is_script(&self, op: Op) -> bool {
         self.mutex.is_script(op)
     }

@@ -61,6 +61,10 @@ impl Target for MultiTarget {
         &self.names
     }
 
+    fn primitive(&self) -> &'static str {
+        "multi"
+    }
+
     fn check(&self) -> Result<(), Error> {
         if self.names.is_empty() {
             return Err(Error::config("names", "must not be empty"));

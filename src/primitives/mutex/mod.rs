@@ -270,6 +270,26 @@ impl Mutex {
         self.with_settings(|s| s.fail_fast = fail_fast)
     }
 
+    /// Adds the label `use` (its value `label`) to this mutex's metrics (with the `metrics` feature; see
+    /// [metrics](crate::guide::metrics)), so that one series per use can be graphed. The label is
+    /// `'static` on purpose: a label per lock name or per request would grow the series without
+    /// bound. Default none; without the feature it does nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let mutex = redlock.new_mutex("order:42").with_metrics_label("checkout");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_metrics_label(self, label: &'static str) -> Self {
+        self.with_settings(|s| s.metrics_label = Some(label))
+    }
+
     /// Hands out a fencing token with each acquisition ([`Lock::token`]). Default false.
     ///
     /// Costs one more concurrent round trip per acquisition: after a quorum said OK, the name's

@@ -149,6 +149,10 @@ impl Target for MutexTarget {
         &self.name
     }
 
+    fn primitive(&self) -> &'static str {
+        "mutex"
+    }
+
     fn check(&self) -> Result<(), Error> {
         check_name(&self.name[0], || "name".to_owned())
     }

@@ -164,6 +164,26 @@ impl RwLock {
         self.with_settings(|s| s.expiry = expiry)
     }
 
+    /// Adds the label `use` (its value `label`) to this read-write lock (both sides)'s metrics (with the `metrics` feature; see
+    /// [metrics](crate::guide::metrics)), so that one series per use can be graphed. The label is
+    /// `'static` on purpose: a label per lock name or per request would grow the series without
+    /// bound. Default none; without the feature it does nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let catalog = redlock.new_rwlock("catalog").with_metrics_label("catalog");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_metrics_label(self, label: &'static str) -> Self {
+        self.with_settings(|s| s.metrics_label = Some(label))
+    }
+
     /// How many attempts [`read()`](RwLock::read) and [`write()`](RwLock::write) make. Default 32;
     /// see [`Mutex::with_tries`].
     ///

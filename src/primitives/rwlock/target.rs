@@ -103,6 +103,10 @@ impl Target for ReadTarget {
         &self.name
     }
 
+    fn primitive(&self) -> &'static str {
+        "read"
+    }
+
     fn check(&self) -> Result<(), Error> {
         check_rw_name(&self.name[0])
     }
@@ -198,6 +202,10 @@ impl WriteTarget {
 impl Target for WriteTarget {
     fn names(&self) -> &[Arc<str>] {
         self.mutex.names()
+    }
+
+    fn primitive(&self) -> &'static str {
+        "write"
     }
 
     fn check(&self) -> Result<(), Error> {

@@ -137,6 +137,26 @@ impl Semaphore {
         self.with(|m| m.with_expiry(expiry))
     }
 
+    /// Adds the label `use` (its value `label`) to this semaphore's metrics (with the `metrics` feature; see
+    /// [metrics](crate::guide::metrics)), so that one series per use can be graphed. The label is
+    /// `'static` on purpose: a label per lock name or per request would grow the series without
+    /// bound. Default none; without the feature it does nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// let workers = redlock.new_semaphore("workers", 4).with_metrics_label("renders");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_metrics_label(self, label: &'static str) -> Self {
+        self.with(|m| m.with_metrics_label(label))
+    }
+
     /// How many attempts [`acquire()`](Semaphore::acquire) makes before giving up. Default 32; at
     /// least 1.
     ///

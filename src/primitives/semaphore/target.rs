@@ -56,6 +56,10 @@ impl Target for PermitsTarget {
         &self.name
     }
 
+    fn primitive(&self) -> &'static str {
+        "semaphore"
+    }
+
     /// More than a majority for two permits or more (see `quorum::permit_quorum`).
     fn quorum(&self, nodes: usize) -> usize {
         permit_quorum(nodes, self.permits)
