@@ -250,6 +250,37 @@ async fn watch_reports_every_change() {
     assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
 }
 
+/// `watch()` hears a resignation by its release notice, and the next leader's election right
+/// after, long before its next periodic reading (a period of 50 s here).
+#[tokio::test]
+async fn watch_hears_a_resignation_by_its_notice() {
+    let cluster = Cluster::start(3);
+    let clients = clients(&cluster).await;
+    let slow = |redlock: &Redlock| {
+        election(redlock, "el:watch-notice")
+            .with_expiry(Duration::from_secs(60))
+            .with_renew_every(Duration::from_secs(50))
+    };
+    let leadership = slow(&clients[0]).campaign("a").await.expect("elected");
+    let mut watch = Box::pin(slow(&clients[1]).watch());
+    let first = watch.next().await.expect("a first reading").expect("read");
+    assert_eq!(leader_of(first).0, "a");
+    let standby = slow(&clients[2]);
+    let next = tokio::spawn(async move { standby.campaign("b").await });
+    leadership.resign().await.expect("resign");
+    let seen_b = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(reading) = watch.next().await {
+            if let Some(leader) = reading.expect("read") {
+                assert_eq!(leader.identity, "b", "a resigned");
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(seen_b.is_ok(), "the watcher did not hear the hand-over");
+    drop(next.await.expect("the standby's task").expect("b elected"));
+}
+
 /// A leader's record stays on the nodes after its lease is gone, and names nobody: a reader
 /// trusts it only while the name holds the value it was written for.
 #[tokio::test]

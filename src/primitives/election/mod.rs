@@ -17,6 +17,7 @@ use crate::nodes::probe::{each_node, eval};
 use crate::primitives::keep_alive::{KeepAlive, KeepAliveEnd};
 use crate::primitives::lock::Lock;
 use crate::primitives::mutex::Mutex;
+use crate::waiting::hub::Watcher;
 use crate::waiting::listeners::Listeners;
 
 pub(crate) mod target;
@@ -72,17 +73,28 @@ pub(crate) use target::{SCRIPTS, SUFFIXES};
 /// ```
 #[doc = include_str!("../../../doc/rustdoc-links.md")]
 #[doc = include_str!("../../../doc/election.md")]
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Election {
     mutex: Mutex,
     renew_every: Option<Duration>,
+    /// The client's release listeners: [`watch`](Election::watch) hears the name's notices.
+    listeners: Arc<Listeners>,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("mutex", &self.mutex)
+            .field("renew_every", &self.renew_every)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Election {
     pub(crate) fn new(nodes: Arc<[Node]>, listeners: Arc<Listeners>, name: Arc<str>) -> Self {
         // Checked for the name alone; each campaign brings its identity.
         let target = Arc::new(ElectionTarget::new(name, "-".into()));
-        let mutex = Mutex::new(nodes, listeners, target).with_settings(|s| {
+        let mutex = Mutex::new(nodes, Arc::clone(&listeners), target).with_settings(|s| {
             s.fencing = true;
             s.wake_on_release = true;
             s.tries = u32::MAX;
@@ -90,6 +102,7 @@ impl Election {
         Election {
             mutex,
             renew_every: None,
+            listeners,
         }
     }
 
@@ -405,11 +418,12 @@ impl Election {
     }
 
     /// A stream of who leads: the first reading at once, then each change (a new leader, or
-    /// none), read every [`renew_every`](Election::renew_every). Errors are passed on, and the
-    /// stream goes on reading; the first reading after an error is passed on whatever it says.
-    ///
-    /// A change is seen within one period of the nodes recording it: a leader that resigns or
-    /// crashes, and the next one's election.
+    /// none). It reads again when a release notice on the name arrives (a leader resigned, or its
+    /// lease was released), shortly after that to catch the next leader's election, and every
+    /// [`renew_every`](Election::renew_every) in any case, so a missed notice (a client made with
+    /// [`Redlock::new`], which has no listeners, or a crashed leader, which sends none) only
+    /// delays an update by one period. Errors are passed on, and the stream goes on reading; the
+    /// first reading after an error is passed on whatever it says.
     ///
     /// # Examples
     ///
@@ -433,27 +447,90 @@ impl Election {
     pub fn watch(&self) -> impl Stream<Item = Result<Option<LeaderInfo>, Error>> + Send + 'static {
         let election = self.clone();
         let every = self.renew_every().max(Duration::from_millis(1));
-        // The last leader passed on (`None` before the first reading and after an error, so
-        // that the next reading is news), and whether the next reading waits a period first.
-        let state: (Election, Option<Option<(u64, String)>>, bool) = (election, None, false);
-        futures::stream::unfold(state, move |(election, last, wait)| async move {
-            let mut wait = wait;
+        let follow_up = FOLLOW_UP.min(every);
+        let watching = Watching {
+            election,
+            watcher: None,
+            last: None,
+            wait: None,
+        };
+        futures::stream::unfold(watching, move |mut watching| async move {
             loop {
-                if wait {
-                    tokio::time::sleep(every).await;
+                match watching.wait {
+                    // Listening before the first reading: a change after it is heard.
+                    None => watching.listen().await,
+                    Some(wait) => watching.notice_or(wait).await,
                 }
-                wait = true;
-                match election.leader().await {
-                    Err(error) => return Some((Err(error), (election, None, true))),
+                let noticed = watching.wait == Some(Duration::ZERO);
+                watching.wait = Some(every);
+                match watching.election.leader().await {
+                    Err(error) => {
+                        watching.last = None;
+                        return Some((Err(error), watching));
+                    }
                     Ok(leader) => {
                         let key = leader.as_ref().map(|l| (l.epoch, l.identity.clone()));
-                        if last.as_ref() != Some(&key) {
-                            return Some((Ok(leader), (election, Some(key), true)));
+                        if key.is_none() && noticed {
+                            // Released a moment ago: the next leader is likely elected within
+                            // milliseconds, and sends no notice of its own.
+                            watching.wait = Some(follow_up);
+                        }
+                        if watching.last.as_ref() != Some(&key) {
+                            watching.last = Some(key);
+                            return Some((Ok(leader), watching));
                         }
                     }
                 }
             }
         })
+    }
+}
+
+/// How soon [`Election::watch`] reads again after a release notice found no leader.
+const FOLLOW_UP: Duration = Duration::from_millis(50);
+
+/// The state of one [`Election::watch`] stream.
+struct Watching {
+    election: Election,
+    /// The name's notices, once the listeners run (none on a client without them).
+    watcher: Option<Watcher>,
+    /// The last reading passed on (`None` before the first and after an error, so that the next
+    /// reading is news).
+    last: Option<Option<(u64, String)>>,
+    /// How long the next reading waits for a notice; `None` for the first, which reads at once.
+    /// Set to zero when a notice cut the wait short.
+    wait: Option<Duration>,
+}
+
+impl Watching {
+    /// Starts hearing the name's notices, once the listeners confirmed the subscription (or a
+    /// period passed: until then, changes are read every period only).
+    async fn listen(&mut self) {
+        if self.watcher.is_some() {
+            return;
+        }
+        let Some(hub) = self.election.listeners.hub() else {
+            return;
+        };
+        let name: Arc<str> = Arc::from(self.election.name());
+        let (watcher, subscribing) = hub.watch(&name);
+        self.watcher = Some(watcher);
+        if let Some(subscribing) = subscribing {
+            subscribing.confirmed(self.election.renew_every()).await;
+        }
+    }
+
+    /// Waits `wait`, or less if a notice on the name arrives first.
+    async fn notice_or(&mut self, wait: Duration) {
+        self.listen().await;
+        let Some(watcher) = &self.watcher else {
+            tokio::time::sleep(wait).await;
+            return;
+        };
+        tokio::select! {
+            () = watcher.changed() => self.wait = Some(Duration::ZERO),
+            () = tokio::time::sleep(wait) => {}
+        }
     }
 }
 

@@ -20,11 +20,13 @@ use crate::waiting::hub::line::{Line, WaiterId};
 pub(crate) mod line;
 mod place;
 mod turn;
+mod watcher;
 
 use crate::nodes::listener::{Command, NoticeSink};
 use crate::waiting::fair::scripts::GRANT_MARK;
 pub(crate) use place::Place;
 pub(crate) use turn::Turn;
+pub(crate) use watcher::Watcher;
 
 /// How long a name stays subscribed after its last waiter left. Waiters on a busy name come and
 /// go; each fresh subscription costs a round trip and one extra attempt (see `waiting`).
@@ -62,6 +64,8 @@ struct Waiters {
     idle_since: Option<Instant>,
     /// The name's subscription: a notice published before it is in place is lost.
     subscription: Subscribing,
+    /// Those told of every notice, who take no turn (see [`Watcher`]).
+    watchers: Vec<WaiterId>,
 }
 
 /// What the notices told one fair waiter since it last looked.
@@ -102,12 +106,13 @@ impl Waiters {
             latest_ticket: 0,
             idle_since: None,
             subscription,
+            watchers: Vec::new(),
         }
     }
 
     /// Notes the time if nobody waits any more.
     fn left(&mut self, now: Instant) {
-        if !self.line.has_waiters() && self.turns.is_empty() {
+        if !self.line.has_waiters() && self.turns.is_empty() && self.watchers.is_empty() {
             self.idle_since = Some(now);
         }
     }
@@ -224,6 +229,25 @@ impl Hub {
         (turn, subscribing)
     }
 
+    /// A watcher of `name`'s notices (see [`Watcher`]), subscribing like [`join`](Hub::join).
+    pub(crate) fn watch(self: &Arc<Self>, name: &Arc<str>) -> (Watcher, Option<Subscribing>) {
+        let mut state = self.state();
+        self.sweep_at(&mut state, Instant::now());
+        let (id, wake) = state.new_waiter();
+        let mut subscribing = None;
+        self.waiters(&mut state, name, &mut subscribing)
+            .watchers
+            .push(id);
+        drop(state);
+        let watcher = Watcher {
+            hub: Arc::clone(self),
+            name: Arc::clone(name),
+            id,
+            wake,
+        };
+        (watcher, subscribing)
+    }
+
     /// Asks every listener to subscribe to `name`'s notices.
     fn subscribe(&self, name: &Arc<str>) -> Subscribing {
         let confirmations = FuturesUnordered::new();
@@ -301,6 +325,13 @@ impl NoticeSink for Hub {
     /// ticket named (`Standing::handed`); and its counter is a hint within [`HINT_LIMIT`].
     fn notice(&self, node: usize, name: &str, payload: &[u8], now: Instant) {
         let mut state = self.state();
+        let Some(waiters) = state.names.get_mut(name) else {
+            return;
+        };
+        let watchers = waiters.watchers.clone();
+        for watcher in watchers {
+            state.wake(Some(watcher));
+        }
         let Some(waiters) = state.names.get_mut(name) else {
             return;
         };
@@ -461,6 +492,34 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), second.woken())
             .await
             .expect("the wake-up is passed on");
+    }
+
+    /// Every notice reaches every watcher, and a watcher takes no waiter's wake-up; a watcher
+    /// keeps the name subscribed until it goes.
+    #[tokio::test]
+    async fn watchers_hear_every_notice_beside_the_line() {
+        let hub = hub(3);
+        let since = Instant::now();
+        let (watcher, _) = hub.watch(&name());
+        let (other, _) = hub.watch(&name());
+        let (waiter, _) = hub.join(&name(), since);
+        hub.notice(0, "n", b"a", since + Duration::from_micros(1));
+        hub.notice(1, "n", b"a", since + Duration::from_micros(2));
+        for watcher in [&watcher, &other] {
+            tokio::time::timeout(Duration::from_secs(1), watcher.changed())
+                .await
+                .expect("a notice reaches every watcher");
+        }
+        tokio::time::timeout(Duration::from_secs(1), waiter.woken())
+            .await
+            .expect("the waiter is woken all the same");
+        drop(waiter);
+        let later = Instant::now() + LINGER * 2;
+        hub.sweep_at(&mut hub.state(), later);
+        assert!(hub.knows("n"), "watched names stay subscribed");
+        drop((watcher, other));
+        hub.sweep_at(&mut hub.state(), Instant::now() + LINGER * 2);
+        assert!(!hub.knows("n"), "a name nobody watches any more is let go");
     }
 
     /// A notice is the word of the node whose listener heard it, about that node only, for the
