@@ -388,6 +388,7 @@ pub(crate) async fn call(
         Message::One(cmd) => Packed::One(cmd),
         Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
     };
+    let plain = matches!(packed, Packed::Pipeline(_));
     let needs = request.needs_on(member);
     let reply = match connection.send_for(needs, packed).await? {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
@@ -397,11 +398,15 @@ pub(crate) async fn call(
         },
         reply => reply,
     };
-    // A plain entry decides what the node's state lets it decide, the script the rest. Boxed: the
-    // rest is rare, and must not grow every call's future.
-    let reply = match request.target.settle(request.op, reply) {
-        Settled::Reply(reply) => reply,
-        settled => Box::pin(settle(connection, request, member, settled)).await?,
+    // A plain entry (always a pipeline) decides what the node's state lets it decide, the script
+    // the rest. Boxed: the rest is rare, and must not grow every call's future.
+    let reply = if plain {
+        match request.target.settle(request.op, reply) {
+            Settled::Reply(reply) => reply,
+            settled => Box::pin(settle(connection, request, member, settled)).await?,
+        }
+    } else {
+        reply
     };
     let ours = request.interpret(reply)?;
     if let Some(acks) = request.acks_for_ours() {

@@ -107,7 +107,8 @@ pub(crate) trait Target: fmt::Debug + Send + Sync {
 
     /// What a node's `reply` to `op` leaves to do on that node: where [`entry`](Target::entry)
     /// sends plain commands in place of a script, they decide what they can (answering as the
-    /// script would have), and leave the rest to the script. The reply as it came by default.
+    /// script would have), and leave the rest to the script. Asked only of replies to an entry
+    /// (the reply of one command goes on as it came); the reply as it came by default.
     fn settle(&self, _op: Op, reply: Value) -> Settled {
         Settled::Reply(reply)
     }
