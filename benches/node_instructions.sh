@@ -11,7 +11,10 @@
 # Usage: bash benches/node_instructions.sh [pairs]   (default 2000; about a minute)
 #        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only;
 #        fair-handoff, a join round and a release that hands over, and wake-sharded, the release
-#        notice as a cluster member's script sends it (SPUBLISH), run only when named)
+#        notice as a cluster member's script sends it (SPUBLISH), run only when named; so do
+#        the primitives' cases of issue 29: write-plain, semaphore, semaphore-among-2 and the
+#        floors floor-semaphore, floor-read, floor-names-8, the commands that decide a case sent
+#        plain, without a script around them)
 # Needs valgrind and redis-server (Debian's packages valgrind, redis-server).
 set -euo pipefail
 # Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
@@ -76,6 +79,10 @@ names_release_sha=$(sha "$names_release")
 read_acquire_sha=$(sha "$read_acquire")
 read_release_sha=$(sha "$read_release")
 write_acquire_sha=$(sha "$write_acquire")
+sem_acquire=$(lua src/primitives/semaphore/acquire.lua)
+sem_release=$(lua src/primitives/semaphore/release.lua)
+sem_acquire_sha=$(sha "$sem_acquire")
+sem_release_sha=$(sha "$sem_release")
 noop='return 0'
 noop_sha=$(sha "$noop")
 
@@ -86,15 +93,20 @@ line=('{n}:line' '{n}:line:until' '{n}:ticket')
 commands() {
     local case=$1 count=$2 i v
     for script in "$release" "$names_acquire" "$names_release" "$read_acquire" "$read_release" \
-        "$write_acquire" "$noop" "$release_notify" "$fair_round" "$fair_release"; do
+        "$write_acquire" "$noop" "$release_notify" "$fair_round" "$fair_release" \
+        "$sem_acquire" "$sem_release"; do
         resp SCRIPT LOAD "$script"
     done
-    if [ "$case" = read-among-7 ]; then
+    if [ "$case" = read-among-7 ] || [ "$case" = floor-read ]; then
         for i in 1 2 3 4 5 6 7; do
             resp ZADD '{n}:readers' 9999999999999 "other$i"
         done
         resp SET n redmutex:readers PXAT 9999999999999
         resp PEXPIREAT '{n}:readers' 9999999999999
+    fi
+    if [ "$case" = semaphore-among-2 ] || [ "$case" = floor-semaphore ]; then
+        resp ZADD s -3 '' 9999999999999 other1 9999999999999 other2
+        resp PEXPIREAT s 9999999999999
     fi
     if [ "$case" = fair-handoff ]; then
         resp SET n value0 PX 8000
@@ -154,6 +166,47 @@ commands() {
         write)
             resp EVALSHA "$write_acquire_sha" 3 n '{n}:readers' '{n}:writer-waiting' "$v" 8000 1450
             resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        write-plain)
+            # The writer's plain entry where no reader holds (SET NX with the old value, and
+            # whether a writer's mark stands, in one write), then the mutex's release.
+            resp SET n "$v" NX PX 8000 GET
+            resp EXISTS '{n}:writer-waiting'
+            resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        semaphore | semaphore-among-2)
+            # A permit of 3 taken and given back, alone or beside 2 other holders.
+            resp EVALSHA "$sem_acquire_sha" 1 s "$v" 8000 3
+            resp EVALSHA "$sem_release_sha" 1 s "$v"
+            ;;
+        floor-semaphore)
+            # Floors: the commands that decide each case, sent plain, without a script around
+            # them (no atomicity, so no implementation could send them so; what the node's work
+            # would be if a script cost nothing). A permit beside 2 holders: count, add, raise
+            # the expiry; give back: remove, count.
+            resp ZCARD s
+            resp ZADD s 9999999999998 "$v"
+            resp PEXPIREAT s 9999999999999 GT
+            resp ZREM s "$v"
+            resp ZCARD s
+            ;;
+        floor-read)
+            # A reader among 7: name and mark, entry, expiries; leaving: remove, latest entry.
+            resp MGET n '{n}:writer-waiting'
+            resp ZADD '{n}:readers' 9999999999998 "$v"
+            resp PEXPIREAT n 9999999999999 GT
+            resp PEXPIREAT '{n}:readers' 9999999999999 GT
+            resp ZREM '{n}:readers' "$v"
+            resp ZRANGE '{n}:readers' -1 -1 WITHSCORES
+            ;;
+        floor-names-8)
+            # 8 free names: one EXISTS, 8 SET PX; release: one MGET, one DEL.
+            local keys=() k
+            for ((k = 0; k < 8; k++)); do keys+=("n:$k"); done
+            resp EXISTS "${keys[@]}"
+            for k in "${keys[@]}"; do resp SET "$k" "$v" PX 8000; done
+            resp MGET "${keys[@]}"
+            resp DEL "${keys[@]}"
             ;;
         esac
     done

@@ -10,7 +10,7 @@ use redis::{Cmd, Pipeline, Value};
 use crate::engine::quorum::whole_millis;
 use crate::engine::settings::ReplicaAcks;
 use crate::engine::tally::Tally;
-use crate::engine::target::Target;
+use crate::engine::target::{Settled, Target};
 use crate::error::NodeErrorKind;
 use crate::nodes::Member;
 use crate::nodes::connection::{NodeConnection, Packed};
@@ -388,6 +388,7 @@ pub(crate) async fn call(
         Message::One(cmd) => Packed::One(cmd),
         Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
     };
+    let plain = matches!(packed, Packed::Pipeline(_));
     let needs = request.needs_on(member);
     let reply = match connection.send_for(needs, packed).await? {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
@@ -396,6 +397,16 @@ pub(crate) async fn call(
             None => Value::ServerError(error),
         },
         reply => reply,
+    };
+    // A plain entry (always a pipeline) decides what the node's state lets it decide, the script
+    // the rest. Boxed: the rest is rare, and must not grow every call's future.
+    let reply = if plain {
+        match request.target.settle(request.op, reply) {
+            Settled::Reply(reply) => reply,
+            settled => Box::pin(settle(connection, request, member, settled)).await?,
+        }
+    } else {
+        reply
     };
     let ours = request.interpret(reply)?;
     if let Some(acks) = request.acks_for_ours() {
@@ -407,6 +418,39 @@ pub(crate) async fn call(
         acknowledged(reply, acks)?;
     }
     Ok(ours)
+}
+
+/// What a plain entry left to do on a node (see `Target::settle`), on the connection the entry
+/// went out on: the reply the node's state gives, as the operation's script's.
+async fn settle(
+    connection: &mut NodeConnection,
+    request: &Request,
+    member: Member,
+    settled: Settled,
+) -> Result<Value, NodeErrorKind> {
+    let needs = request.needs_on(member);
+    match settled {
+        Settled::Reply(reply) => Ok(reply),
+        Settled::After(cmd, reply) => {
+            let done = connection.send_for(needs, Packed::One(&cmd)).await?;
+            done.extract_error().map_err(NodeErrorKind::Redis)?;
+            Ok(reply)
+        }
+        Settled::Script => {
+            let (value, millis) = (&request.value, request.millis);
+            let target = &request.target;
+            let cmd = target.command(request.op, request.delivery, member, value, millis);
+            Ok(match connection.send_for(needs, Packed::One(&cmd)).await? {
+                Value::ServerError(error) if error.code() == "NOSCRIPT" => {
+                    match request.eval_cmd(member) {
+                        Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
+                        None => Value::ServerError(error),
+                    }
+                }
+                reply => reply,
+            })
+        }
+    }
 }
 
 /// Reads WAIT's reply: the member counts only if at least the replicas asked for acknowledged the

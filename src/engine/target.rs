@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::{Arc, LazyLock, OnceLock};
 
-use redis::{Cmd, Pipeline};
+use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::quorum::quorum;
 use crate::engine::request::{Delivery, Op};
@@ -108,6 +108,26 @@ pub(crate) trait Target: fmt::Debug + Send + Sync {
     fn entry(&self, _op: Op, _member: Member, _value: &str, _millis: u64) -> Option<Pipeline> {
         None
     }
+
+    /// What a node's `reply` to `op` leaves to do on that node: where [`entry`](Target::entry)
+    /// sends plain commands in place of a script, they decide what they can (answering as the
+    /// script would have), and leave the rest to the script. Asked only of replies to an entry
+    /// (the reply of one command goes on as it came); the reply as it came by default.
+    fn settle(&self, _op: Op, reply: Value) -> Settled {
+        Settled::Reply(reply)
+    }
+}
+
+/// What a node's reply to a plain entry leaves to do on that node (see [`Target::settle`]).
+#[derive(Debug)]
+pub(crate) enum Settled {
+    /// Decided: read this reply as the operation's script's.
+    Reply(Value),
+    /// Decided once this command ran on the node too (on the same connection, after the entry);
+    /// then read the reply as the script's.
+    After(Cmd, Value),
+    /// The node's state was not plain: the operation's script runs there after all, and decides.
+    Script,
 }
 
 /// The key `suffix` beside `name` (one of the reserved suffixes, see `primitives`): the name's

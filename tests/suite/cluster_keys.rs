@@ -118,6 +118,30 @@ async fn readers_and_writers_on_a_cluster() {
     assert_eq!(rwlock.force_unlock().await.expect("forced"), 0);
 }
 
+/// The writer's plain entry on a cluster member: its two commands go to the name's master in one
+/// write, a mark there goes with the writer that gets in, and where a reader holds the script runs
+/// after all and refuses.
+#[tokio::test]
+async fn a_plain_write_entry_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let redlock = member(&cluster).await;
+    let name = "ckeys:stock";
+    let mark = beside(name, ":writer-waiting");
+    let rwlock = redlock.new_rwlock(name).with_tries(1);
+    cluster.set_px(&mark, "another writer", Duration::from_secs(60));
+    let writer = rwlock.try_write().await.expect("free");
+    assert_eq!(cluster.get(name).as_deref(), Some(writer.value()));
+    assert!(
+        !cluster.exists(&mark),
+        "the writer that got in removed the mark"
+    );
+    writer.unlock().await.expect("unlock");
+    let reader = rwlock.read().await.expect("free");
+    assert!(matches!(rwlock.try_write().await, Err(Error::Taken { .. })));
+    assert!(cluster.exists(&mark), "the refused writer marked the name");
+    reader.unlock().await.expect("unlock");
+}
+
 /// Names of one hash tag lock as one script on their shard; names in different slots are refused
 /// by the member before anything is sent, with the hash-tag rule in the error.
 #[tokio::test]

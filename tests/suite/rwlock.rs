@@ -594,3 +594,87 @@ async fn keys_of_another_type_are_node_errors() {
         assert_eq!(kind, "hash");
     }
 }
+
+/// Calls of `command` (lower case, e.g. `evalsha`) that node `i` has served.
+fn calls(cluster: &Cluster, i: usize, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut cluster.node(i).connection())
+        .expect("INFO");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}
+
+/// The writer's plain entry (`SET NX PX GET` and `EXISTS` on the mark) decides as the write
+/// acquire script would, in each state it can find: a free name with a mark standing (taken, and
+/// the mark removed, with no script), the readers' marker with no live reader left (the script
+/// runs and takes the name), and live readers (the script runs and refuses, leaving the mark).
+#[tokio::test]
+async fn the_plain_write_entry_decides_as_the_script() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let name = "rw:plain";
+    let rwlock = quick(&redlock, name).with_tries(1);
+
+    // A free name where another writer's mark stands: the writer gets in and removes the mark,
+    // as the script does, without running it.
+    for node in cluster.nodes() {
+        node.set_px(&mark_key(name), "another writer", Duration::from_secs(60));
+    }
+    let scripts = calls(&cluster, 0, "evalsha") + calls(&cluster, 0, "eval");
+    let writer = rwlock.try_write().await.expect("a free name");
+    assert_eq!(
+        calls(&cluster, 0, "evalsha") + calls(&cluster, 0, "eval"),
+        scripts,
+        "a free name takes no script"
+    );
+    assert_eq!(
+        support::holders(&cluster, name, writer.value()),
+        [0, 1, 2, 3, 4]
+    );
+    assert!(
+        present(&cluster, &mark_key(name)).is_empty(),
+        "the writer that got in removed the mark"
+    );
+    writer.unlock().await.expect("unlock");
+
+    // The readers' marker with no live reader (its entries expired; the marker outlived them):
+    // the script sweeps and takes the name.
+    for node in cluster.nodes() {
+        node.set_px(name, "redmutex:readers", Duration::from_secs(60));
+        let _: () = redis::cmd("ZADD")
+            .arg(readers_key(name))
+            .arg(1)
+            .arg("a reader long gone")
+            .query(&mut node.connection())
+            .expect("ZADD");
+    }
+    let writer = rwlock
+        .try_write()
+        .await
+        .expect("no live reader: the name is free for a writer");
+    assert_eq!(
+        support::holders(&cluster, name, writer.value()),
+        [0, 1, 2, 3, 4]
+    );
+    writer.unlock().await.expect("unlock");
+
+    // A live reader: the writer is refused and marks every node; the reader keeps its entry.
+    let reader = quick(&redlock, name).read().await.expect("free");
+    assert!(
+        matches!(rwlock.try_write().await, Err(Error::Taken { .. })),
+        "a writer must not get in while a reader holds"
+    );
+    assert_eq!(present(&cluster, &mark_key(name)).len(), 5, "marked");
+    for node in 0..5 {
+        assert_eq!(readers(&cluster, node, name), 1);
+        assert_eq!(
+            cluster.node(node).get(name).as_deref(),
+            Some("redmutex:readers")
+        );
+    }
+    reader.unlock().await.expect("unlock");
+}

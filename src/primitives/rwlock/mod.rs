@@ -37,8 +37,8 @@ pub(crate) use target::{NEEDS, ReadTarget, SCRIPTS, SUFFIXES, WriteTarget, mark_
 ///   the last reader's entry expires, the marker goes too.
 /// - `{x}:readers` is a sorted set of the readers' values, each scored by when it expires on the
 ///   node's own clock (Redis `TIME`). An expired entry counts for nothing, so a crashed reader
-///   blocks writers no longer than its expiry; expired entries are swept whenever a writer tries
-///   and whenever a reader comes or goes while others hold, so the entries of readers that
+///   blocks writers no longer than its expiry; expired entries are swept whenever a writer finds
+///   the marker and whenever a reader comes or goes while others hold, so the entries of readers that
 ///   vanished without a release do not pile up while readers keep overlapping.
 /// - `{x}:writer-waiting` is the mark of a writer that found readers (see below).
 /// - `{x}:fence` is the fencing counter, as for a `Mutex`.

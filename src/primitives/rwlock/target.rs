@@ -8,11 +8,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Cmd;
+use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::quorum::whole_millis;
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Channels, Target, Verb, beside, check_prefix};
+use crate::engine::target::{self, Channels, Settled, Target, Verb, beside, check_prefix};
+use crate::engine::value::READERS_MARKER;
 use crate::error::Error;
 use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
@@ -245,6 +246,68 @@ impl Target for WriteTarget {
         cmd.arg(value).arg(millis).arg(beside.mark_millis);
         cmd
     }
+
+    /// The writer's plain entry (an unfenced acquire): `SET NX PX GET` and `EXISTS` on the mark,
+    /// in one write; the script only where readers' marker stands (see [`settle`](Self::settle)).
+    fn entry(&self, op: Op, _member: Member, value: &str, millis: u64) -> Option<Pipeline> {
+        if op != Op::Acquire {
+            return None;
+        }
+        let mut pipeline = Pipeline::with_capacity(2);
+        pipeline
+            .cmd("SET")
+            .arg(&**self.first())
+            .arg(value)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis)
+            .arg("GET");
+        pipeline.cmd("EXISTS").arg(&*self.beside.mark);
+        Some(pipeline)
+    }
+
+    /// Reads the plain entry's reply as `write_acquire.lua` decides, the script's branches one by
+    /// one:
+    /// - *`SET NX` took the key* (the old value is nil): the script takes the name there the same
+    ///   way, and then deletes the mark. Here the `DEL` follows on the same connection, not in
+    ///   one step with the `SET`; nothing between them can matter: a mark is only ever set by a
+    ///   write acquire that finds the readers' marker at the name, and the name holds our value
+    ///   meanwhile (it lives for the whole expiry, far longer than one more command on the same
+    ///   connection), and while a writer holds, readers are refused whether a mark stands or
+    ///   not. So `DEL` removes what the script's would have. Where no mark stands (`EXISTS` 0),
+    ///   the script's `DEL` does nothing, and none is sent.
+    /// - *The name holds the readers' marker*: whether a live reader is left, and leaving the
+    ///   mark, is the script's to decide (it reads the node's clock): it runs after all. Nothing
+    ///   was written: the `SET` failed.
+    /// - *The name holds any other value* (a writer's, a mutex's): the script answers -1 without
+    ///   writing anything; so does this.
+    /// - *A key of another type* at the name: `SET ... GET` fails with WRONGTYPE, as the script's
+    ///   `GET` would: a node error either way.
+    ///
+    /// So the entry admits a writer exactly where the script would, and writes what it would;
+    /// `tests/suite/rwlock.rs` (`the_plain_write_entry_decides_as_the_script`) fails if either
+    /// check is left out.
+    fn settle(&self, op: Op, reply: Value) -> Settled {
+        if op != Op::Acquire {
+            return Settled::Reply(reply);
+        }
+        let Value::Array(replies) = &reply else {
+            return Settled::Reply(reply);
+        };
+        match replies.as_slice() {
+            [Value::Nil, Value::Int(0)] => Settled::Reply(Value::Int(0)),
+            [Value::Nil, Value::Int(_)] => {
+                let mut del = Cmd::with_capacity(2, 8 + self.beside.mark.len());
+                del.arg("DEL").arg(&*self.beside.mark);
+                Settled::After(del, Value::Int(0))
+            }
+            [Value::BulkString(old), Value::Int(_)] if old == READERS_MARKER.as_bytes() => {
+                Settled::Script
+            }
+            [Value::BulkString(_), Value::Int(_)] => Settled::Reply(Value::Int(-1)),
+            _ => Settled::Reply(reply),
+        }
+    }
 }
 
 impl fmt::Debug for WriteTarget {
@@ -344,6 +407,49 @@ mod tests {
         assert!(matches!(
             read.check_fencing(),
             Err(Error::Config { field, .. }) if field == "fencing"
+        ));
+    }
+
+    #[test]
+    fn the_writers_plain_entry_reads_as_the_script() {
+        let write = WriteTarget::new("n".into(), Duration::from_millis(1450));
+        let entry = write
+            .entry(Op::Acquire, Standalone, "v", 8000)
+            .expect("an unfenced acquire is plain");
+        let sent: Vec<Vec<String>> = entry.cmd_iter().map(words).collect();
+        assert_eq!(
+            sent,
+            [
+                vec!["SET", "n", "v", "NX", "PX", "8000", "GET"],
+                vec!["EXISTS", "{n}:writer-waiting"]
+            ]
+        );
+        for op in [Op::AcquireFenced, Op::Extend, Op::Enter] {
+            assert!(write.entry(op, Standalone, "v", 8000).is_none(), "{op:?}");
+        }
+        let reply = |old: Value, mark: i64| {
+            write.settle(Op::Acquire, Value::Array(vec![old, Value::Int(mark)]))
+        };
+        assert!(matches!(
+            reply(Value::Nil, 0),
+            Settled::Reply(Value::Int(0))
+        ));
+        match reply(Value::Nil, 1) {
+            Settled::After(cmd, Value::Int(0)) => {
+                assert_eq!(words(&cmd), ["DEL", "{n}:writer-waiting"]);
+            }
+            other => panic!("expected the mark's DEL, got {other:?}"),
+        }
+        let marker = Value::BulkString(READERS_MARKER.into());
+        assert!(matches!(reply(marker, 0), Settled::Script));
+        let other = Value::BulkString(b"another".to_vec());
+        assert!(matches!(reply(other, 1), Settled::Reply(Value::Int(-1))));
+        // Errors go on as they came, and replies to other operations are left alone.
+        let error = redis::parse_redis_value(b"-WRONGTYPE no\r\n").expect("an error");
+        assert!(matches!(reply(error, 0), Settled::Reply(Value::Array(_))));
+        assert!(matches!(
+            write.settle(Op::Extend, Value::Int(1)),
+            Settled::Reply(Value::Int(1))
         ));
     }
 
