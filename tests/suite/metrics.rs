@@ -170,14 +170,21 @@ async fn a_scripted_sequence_records_every_series() {
     let other = client(&cluster).await;
     let waiter = tokio::spawn(async move { fair(&other).lock().await });
     let line = support::beside("metrics:e", ":line");
-    eventually("the waiter stands in line", || {
+    // In line on every node, and listening there: a grant published before the waiter's
+    // subscription is lost, and its next round would take the lock without a hand-off.
+    eventually("the waiter stands in line and listens", || {
         (0..3).all(|node| {
             let mut connection = cluster.node(node).connection();
             let waiting: i64 = redis::cmd("ZCARD")
                 .arg(&line)
                 .query(&mut connection)
                 .expect("ZCARD");
-            waiting == 1
+            let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("redmutex:released:metrics:e")
+                .query(&mut connection)
+                .expect("PUBSUB NUMSUB");
+            waiting == 1 && listeners >= 1
         })
     })
     .await;
