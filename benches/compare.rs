@@ -870,7 +870,11 @@ impl Contender for RedmutexRw {
 async fn floor_connections(urls: &[String]) -> Result<(Vec<ConnectionManager>, String), String> {
     let mut nodes = Vec::new();
     for url in urls {
-        let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+        // Like redmutex's: each request sent at once, without waiting for the previous one's ACK.
+        let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+            .map_err(|e| e.to_string())?;
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(|e| e.to_string())?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(None)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
-use crate::nodes::member::MemberClient;
+use crate::nodes::member::{self, MemberClient};
 use crate::nodes::redact::redact_url;
 use crate::nodes::script::{self, Script};
 use crate::ops;
@@ -129,7 +129,7 @@ impl Redlock {
         for (index, url) in urls.into_iter().enumerate() {
             let url = url.as_ref();
             let address = redact_url(url);
-            let client = redis::Client::open(url).map_err(|_| url_error(index, url, &address))?;
+            let client = member::node_client(url).map_err(|_| url_error(index, url, &address))?;
             clients.push((MemberClient::Node(client), Some(address)));
         }
         Redlock::with_clients(clients)
