@@ -1867,6 +1867,16 @@ fn run_zones(
     };
     let mut runs = Vec::new();
     for (z, (zones, rtts)) in ZONES.iter().enumerate() {
+        let selected = Flavor::ALL.iter().any(|&flavor| {
+            ZONE_WORKLOADS.iter().any(|&workload| {
+                ZONE_WHO
+                    .iter()
+                    .any(|&who| config.selects(&zone_label(zones, flavor, workload, who)))
+            })
+        });
+        if !selected {
+            continue;
+        }
         let proxies: Result<Vec<zones::DelayProxy>, String> = rtts
             .iter()
             .enumerate()

@@ -150,7 +150,9 @@ impl Redlock {
     /// loaded on each new connection; and mutexes with wake-up on release open one pub/sub
     /// connection per member through the same clients (for a cluster, one RESP3 cluster
     /// connection for sharded pub/sub). Called within a tokio runtime, it starts connecting in
-    /// the background; outside one, connections open on first use.
+    /// the background; outside one, connections open on first use. Unlike `connect`, it keeps the
+    /// clients' TCP settings: set `TCP_NODELAY` on them (`redis::io::tcp::TcpSettings`), or with
+    /// nodes in other zones a request written right after another may wait for a round trip.
     ///
     /// # Errors
     ///
