@@ -70,6 +70,19 @@
 //! polling or woken, in 1 client or 8; the fair rows and those of 8 clients with 8 tasks each run
 //! only when `BENCH_ONLY` selects them (e.g. `BENCH_ONLY='handoff'` runs all of them).
 //!
+//! Two more sections run only when `BENCH_ONLY` selects them:
+//!
+//! - **Zones** (`BENCH_ONLY=zones`, or e.g. `'zones-mixed,current'`): the 5 nodes behind delay
+//!   proxies (`benches/support/zones.rs`: a fixed one-way delay per node, threads and precise
+//!   sleeps rather than tokio's whole-millisecond timer) with round trips of 0.2/0.2/1/1/10 ms
+//!   (`zones-mixed`) and 1/2/3/4/5 ms (`zones-spread`); floor quorum, redmutex fail-fast and
+//!   default, floor wait-all and rslock at 1, 8 and 32 tasks, each against the quorum floor, the
+//!   wait-all floor and rslock; each proxy's round trip checked first (PING p50 and
+//!   `redis-cli --latency`), and lock, extend and unlock timed apart at 1 task.
+//! - **Node counts** (`BENCH_ONLY=nodes`, or e.g. `'nodes-9,current'`): 3, 5, 7 and 9 local nodes
+//!   (a cluster of 9 started for them), the two floors and redmutex default and fail-fast at 1
+//!   and 32 tasks, each against its floor at the same N.
+//!
 //! `BENCH_TRACE=debug` (or `trace`) prints the library's traces to stderr, to see what a row
 //! does; it slows every row down.
 //!
@@ -97,6 +110,9 @@ mod handoff;
 
 #[path = "support/recording.rs"]
 mod recording;
+
+#[path = "support/zones.rs"]
+mod zones;
 
 use harness::{Contender, EXPIRY, Flavor, Json, NODES, RoundRatios, Row, TRIES, Timing, Workload};
 
@@ -535,6 +551,16 @@ fn main() -> ExitCode {
         .zip(handoff_rounds)
         .map(|(&(_, setup), rounds)| handoff::HandoffRow::merge(setup, rounds))
         .collect();
+    let zone_runs = if zones_selected(&config) {
+        run_zones(&config, &cluster, &rslock, run)
+    } else {
+        Vec::new()
+    };
+    let node_rows = if nodes_selected(&config) {
+        run_node_counts(&config, run)
+    } else {
+        Vec::new()
+    };
     add_ratios(&mut rows, &rounds_of);
     rows.sort_by_key(|(who, seq, row)| {
         (
@@ -550,6 +576,8 @@ fn main() -> ExitCode {
     if !handoffs.is_empty() {
         handoff::print_table(&handoffs);
     }
+    print_zones(&zone_runs);
+    print_node_counts(&node_rows);
 
     let mut lines = vec![memory.to_json(run)];
     lines.extend(handoffs.iter().map(|row| row.to_json(run)));
@@ -558,6 +586,21 @@ fn main() -> ExitCode {
             ("run", Json::Num(run as f64)),
             ("seq", Json::Num(*seq as f64)),
         ]));
+    }
+    for (_, seq, row) in &node_rows {
+        lines.push(row.to_json(&[
+            ("run", Json::Num(run as f64)),
+            ("seq", Json::Num(*seq as f64)),
+        ]));
+    }
+    for zone in &zone_runs {
+        for (_, seq, row) in &zone.rows {
+            lines.push(row.to_json(&[
+                ("run", Json::Num(run as f64)),
+                ("seq", Json::Num(*seq as f64)),
+                ("zones", Json::Str(zone.zones.into())),
+            ]));
+        }
     }
     println!();
     for line in &lines {
@@ -847,7 +890,11 @@ impl Contender for RedmutexRw {
 async fn floor_connections(urls: &[String]) -> Result<(Vec<ConnectionManager>, String), String> {
     let mut nodes = Vec::new();
     for url in urls {
-        let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+        // Like redmutex's: each request sent at once, without waiting for the previous one's ACK.
+        let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+            .map_err(|e| e.to_string())?;
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(|e| e.to_string())?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(None)
@@ -920,6 +967,11 @@ fn is_answer(reply: &Value) -> bool {
     !matches!(reply, Value::ServerError(_))
 }
 
+/// Nodes that must agree, of `nodes` (5 in every row but the node-count rows').
+fn quorum<T>(nodes: &[T]) -> usize {
+    nodes.len() / 2 + 1
+}
+
 /// The floor that waits for every reply: `join_all` over the 5 connections, nothing else.
 struct FloorWaitAll {
     key: Key,
@@ -946,7 +998,7 @@ impl Contender for FloorWaitAll {
         self.key.new_value();
         let set = self.key.set();
         for _ in 0..TRIES {
-            if self.all(&set, is_ok).await >= QUORUM {
+            if self.all(&set, is_ok).await >= quorum(&self.nodes) {
                 return true;
             }
             let release = self.key.release();
@@ -958,7 +1010,7 @@ impl Contender for FloorWaitAll {
 
     async fn unlock(&mut self) -> bool {
         let release = self.key.release();
-        self.all(&release, is_released).await >= QUORUM
+        self.all(&release, is_released).await >= quorum(&self.nodes)
     }
 }
 
@@ -1004,10 +1056,10 @@ where
             } else {
                 no += 1;
             }
-            if yes >= QUORUM {
+            if yes >= quorum(&self.nodes) {
                 return true;
             }
-            if no > NODES - QUORUM {
+            if no > self.nodes.len() - quorum(&self.nodes) {
                 return false;
             }
         }
@@ -1756,4 +1808,566 @@ fn append_lines(path: &Path, lines: &[String]) -> std::io::Result<()> {
         writeln!(file, "{line}")?;
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The zone rows (issue 25): the 5 nodes behind delay proxies, as if they sat in other zones or
+// regions. Opt-in: `BENCH_ONLY=zones` (or e.g. `BENCH_ONLY='zones,current'`).
+
+/// Where the nodes sit: each node's round trip added by its proxy (half of it each way).
+const ZONES: [(&str, [f64; NODES]); 2] = [
+    ("zones-mixed", [0.2, 0.2, 1.0, 1.0, 10.0]),
+    ("zones-spread", [1.0, 2.0, 3.0, 4.0, 5.0]),
+];
+
+/// The zone rows' workloads: latency at 1 task, throughput at 8 and 32.
+const ZONE_WORKLOADS: [Workload; 3] = [
+    Workload::Uncontended1,
+    Workload::Uncontended8,
+    Workload::Uncontended32,
+];
+
+/// The zone rows' contenders, in run order before rotation.
+const ZONE_WHO: [Who; 5] = [
+    Who::FloorQuorum,
+    Who::RedmutexFailFast,
+    Who::RedmutexDefault,
+    Who::FloorWaitAll,
+    Who::Rslock,
+];
+
+/// Cycles of the phase table per contender and zone set.
+const ZONE_PHASE_CYCLES: usize = 200;
+
+/// One zone set's rows and phase timings.
+struct ZoneRun {
+    zones: &'static str,
+    /// Per node: the round trip its proxy adds (ms), `redis-cli --latency`'s summary through the
+    /// proxy, PING p50 through the proxy and straight to the node (us).
+    checks: Vec<(f64, String, f64, f64)>,
+    rows: Vec<(Who, usize, Row)>,
+    /// Per contender: p50 of lock, extend and unlock (us), or why not.
+    phases: Vec<(String, Result<[f64; 3], String>)>,
+}
+
+/// Whether `BENCH_ONLY` selects any zone row.
+fn zones_selected(config: &Config) -> bool {
+    !config.only.is_empty()
+        && ZONES.iter().any(|(zones, _)| {
+            Flavor::ALL.iter().any(|flavor| {
+                ZONE_WORKLOADS.iter().any(|workload| {
+                    ZONE_WHO
+                        .iter()
+                        .any(|who| config.selects(&zone_label(zones, *flavor, *workload, *who)))
+                })
+            })
+        })
+}
+
+fn zone_label(zones: &str, flavor: Flavor, workload: Workload, who: Who) -> String {
+    format!(
+        "{zones} {} {} {}",
+        flavor.name(),
+        workload.name(),
+        who.name()
+    )
+}
+
+/// Runs the selected zone rows, a zone set at a time, in interleaved rounds like the main rows.
+fn run_zones(
+    config: &Config,
+    cluster: &testenv::Cluster,
+    rslock: &Result<PathBuf, String>,
+    run: u64,
+) -> Vec<ZoneRun> {
+    let rounds = config.rounds as usize;
+    let round_timing = Timing {
+        measure: config.timing.measure / config.rounds,
+        ..config.timing
+    };
+    let mut runs = Vec::new();
+    for (z, (zones, rtts)) in ZONES.iter().enumerate() {
+        let selected = Flavor::ALL.iter().any(|&flavor| {
+            ZONE_WORKLOADS.iter().any(|&workload| {
+                ZONE_WHO
+                    .iter()
+                    .any(|&who| config.selects(&zone_label(zones, flavor, workload, who)))
+            })
+        });
+        if !selected {
+            continue;
+        }
+        let proxies: Result<Vec<zones::DelayProxy>, String> = rtts
+            .iter()
+            .enumerate()
+            .map(|(node, rtt)| {
+                let one_way = Duration::from_secs_f64(rtt / 2.0 / 1000.0);
+                zones::DelayProxy::start(cluster.node(node).port(), one_way)
+                    .map_err(|e| format!("proxy for node {node}: {e}"))
+            })
+            .collect();
+        let proxies = match proxies {
+            Ok(proxies) => proxies,
+            Err(error) => {
+                eprintln!("compare: {zones}: {error}");
+                continue;
+            }
+        };
+        let urls: Vec<String> = proxies.iter().map(zones::DelayProxy::url).collect();
+        eprintln!("compare: {zones}: checking each proxy's round trip");
+        let checks = proxies
+            .iter()
+            .zip(rtts)
+            .enumerate()
+            .map(|(node, (proxy, rtt))| {
+                (
+                    *rtt,
+                    zones::redis_cli_latency(proxy.port(), 3),
+                    ping_p50_us(&proxy.url(), 200),
+                    ping_p50_us(&cluster.node(node).url(), 200),
+                )
+            })
+            .collect();
+        let mut rows = Vec::new();
+        for &flavor in &Flavor::ALL {
+            for (w, &workload) in ZONE_WORKLOADS.iter().enumerate() {
+                let mut group: Vec<(Who, usize, Vec<Row>)> = Vec::new();
+                for i in 0..ZONE_WHO.len() {
+                    let who = ZONE_WHO[(i + w + z) % ZONE_WHO.len()];
+                    if config.selects(&zone_label(zones, flavor, workload, who)) {
+                        group.push((who, group.len(), Vec::with_capacity(rounds)));
+                    }
+                }
+                let size = group.len();
+                for round in 0..rounds {
+                    for i in 0..size {
+                        let (who, seq, done) = &mut group[(i + round) % size];
+                        eprintln!(
+                            "compare: round {}/{rounds} {}",
+                            round + 1,
+                            zone_label(zones, flavor, workload, *who)
+                        );
+                        let prefix = format!("bench:{run}:{zones}:{w}:{seq}:{round}");
+                        let mut row = run_contender(
+                            *who,
+                            flavor,
+                            workload,
+                            round_timing,
+                            &urls,
+                            &[],
+                            None,
+                            &prefix,
+                            rslock,
+                        );
+                        row.workload = format!("{zones} {}", workload.name());
+                        done.push(row);
+                    }
+                }
+                // Each row's spread of ratios is against the quorum floor, round by round.
+                let base: Vec<Row> = group
+                    .iter()
+                    .find(|(who, _, _)| *who == Who::FloorQuorum)
+                    .map(|(_, _, done)| done.clone())
+                    .unwrap_or_default();
+                for (who, seq, done) in group {
+                    let mut row = Row::merge(&done);
+                    row.round_ratios = RoundRatios::of(&done, &base);
+                    rows.push((who, seq, row));
+                }
+            }
+        }
+        let phases = if !rows.is_empty() {
+            eprintln!("compare: {zones}: lock, extend and unlock, timed apart");
+            zone_phases(&urls)
+        } else {
+            Vec::new()
+        };
+        runs.push(ZoneRun {
+            zones,
+            checks,
+            rows,
+            phases,
+        });
+    }
+    runs
+}
+
+/// PING p50 through `url` over `count` round trips, in microseconds (0 if it failed).
+fn ping_p50_us(url: &str, count: usize) -> f64 {
+    let measure = || -> RedisResult<f64> {
+        let mut con = redis::Client::open(url)?.get_connection()?;
+        let mut took = Vec::with_capacity(count);
+        for _ in 0..count {
+            let at = Instant::now();
+            redis::cmd("PING").exec(&mut con)?;
+            took.push(at.elapsed().as_nanos() as u64);
+        }
+        took.sort_unstable();
+        Ok(harness::percentile(&took, 0.5).unwrap_or(0) as f64 / 1000.0)
+    };
+    measure().unwrap_or(0.0)
+}
+
+/// Lock, extend and unlock timed apart (1 task, current-thread), for redmutex default and
+/// fail-fast, and one round trip to every node (PING) returning at the quorum and at the last
+/// reply: what each phase costs against a round trip.
+fn zone_phases(urls: &[String]) -> Vec<(String, Result<[f64; 3], String>)> {
+    let runtime = match Flavor::Current.runtime() {
+        Ok(runtime) => runtime,
+        Err(error) => return vec![("runtime".into(), Err(error))],
+    };
+    runtime.block_on(async {
+        let mut out = Vec::new();
+        out.push(("round trip quorum/all".to_owned(), round_trips(urls).await));
+        for (label, fail_fast) in [
+            ("redmutex default", None),
+            ("redmutex fail-fast", Some(true)),
+        ] {
+            out.push((label.to_owned(), phases(urls, fail_fast).await));
+        }
+        out
+    })
+}
+
+/// p50 of one PING fan-out until the quorum's replies, and until every reply; third value 0.
+async fn round_trips(urls: &[String]) -> Result<[f64; 3], String> {
+    let (nodes, _) = floor_connections(urls).await?;
+    let (mut quorum, mut all) = (Vec::new(), Vec::new());
+    for _ in 0..ZONE_PHASE_CYCLES {
+        let at = Instant::now();
+        let mut calls: FuturesUnordered<_> = nodes
+            .iter()
+            .map(|node| {
+                let mut node = node.clone();
+                async move { node.send_packed_command(&redis::cmd("PING")).await }
+            })
+            .collect();
+        let mut replies = 0;
+        while let Some(reply) = calls.next().await {
+            reply.map_err(|e| e.to_string())?;
+            replies += 1;
+            if replies == QUORUM {
+                quorum.push(at.elapsed().as_nanos() as u64);
+            }
+        }
+        all.push(at.elapsed().as_nanos() as u64);
+    }
+    Ok([p50_us(&mut quorum), p50_us(&mut all), 0.0])
+}
+
+async fn phases(urls: &[String], fail_fast: Option<bool>) -> Result<[f64; 3], String> {
+    let redlock = Redlock::connect(urls).await.map_err(|e| e.to_string())?;
+    let mut mutex = redlock.new_mutex("bench:zones:phases");
+    if let Some(fail_fast) = fail_fast {
+        mutex = mutex.with_fail_fast(fail_fast);
+    }
+    let mut took: [Vec<u64>; 3] = Default::default();
+    for cycle in 0..ZONE_PHASE_CYCLES + 10 {
+        let t0 = Instant::now();
+        let lock = mutex.lock().await.map_err(|e| format!("lock: {e}"))?;
+        let t1 = Instant::now();
+        lock.extend().await.map_err(|e| format!("extend: {e}"))?;
+        let t2 = Instant::now();
+        lock.unlock().await.map_err(|e| format!("unlock: {e}"))?;
+        let t3 = Instant::now();
+        // The first cycles warm the connections and the script caches.
+        if cycle >= 10 {
+            for (phase, (from, to)) in [(t0, t1), (t1, t2), (t2, t3)].into_iter().enumerate() {
+                took[phase].push((to - from).as_nanos() as u64);
+            }
+        }
+    }
+    let [lock, extend, unlock] = &mut took;
+    Ok([p50_us(lock), p50_us(extend), p50_us(unlock)])
+}
+
+fn p50_us(values: &mut [u64]) -> f64 {
+    values.sort_unstable();
+    harness::percentile(values, 0.5).unwrap_or(0) as f64 / 1000.0
+}
+
+/// The zone tables: each row against the quorum floor and the wait-all floor of its zone set,
+/// runtime and workload; then the phases.
+fn print_zones(runs: &[ZoneRun]) {
+    for zone in runs {
+        println!();
+        println!(
+            "{}: 5 nodes behind delay proxies adding round trips of {} ms",
+            zone.zones,
+            zone.checks
+                .iter()
+                .map(|(rtt, _, _, _)| format!("{rtt}"))
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+        for (node, (rtt, cli, ping, direct)) in zone.checks.iter().enumerate() {
+            println!(
+                "  node {node}: +{rtt} ms; PING p50 {ping:.0} us through the proxy, {direct:.0} us \
+                 straight; redis-cli --latency through the proxy (min max avg ms, samples): {cli}"
+            );
+        }
+        println!(
+            "{:<14} {:<14} {:<18} {:>9} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>13} | {:>7} {:>7} | {:>5}",
+            "runtime",
+            "workload",
+            "contender",
+            "cycles/s",
+            "p50 us",
+            "p99 us",
+            "p50 xQ",
+            "p99 xQ",
+            "thr xQ",
+            "p50 xQ rounds",
+            "p50 xW",
+            "thr xRs",
+            "fails"
+        );
+        let find = |who: Who, row: &Row| {
+            zone.rows
+                .iter()
+                .find(|(w, _, r)| {
+                    *w == who && r.runtime == row.runtime && r.workload == row.workload
+                })
+                .map(|(_, _, r)| r)
+                .filter(|r| r.error.is_none())
+        };
+        let mut last = None;
+        let mut sorted: Vec<&(Who, usize, Row)> = zone.rows.iter().collect();
+        sorted.sort_by_key(|(who, _, row)| {
+            (
+                Flavor::ALL.iter().position(|f| f.name() == row.runtime),
+                ZONE_WORKLOADS
+                    .iter()
+                    .position(|w| row.workload.ends_with(w.name())),
+                ZONE_WHO.iter().position(|w| w == who),
+            )
+        });
+        for (_, _, row) in sorted {
+            let group = (row.runtime.clone(), row.workload.clone());
+            if last.as_ref().is_some_and(|g| *g != group) {
+                println!();
+            }
+            last = Some(group);
+            let workload = row.workload.rsplit(' ').next().unwrap_or("");
+            if let Some(error) = &row.error {
+                println!(
+                    "{:<14} {:<14} {:<18} no result: {error}",
+                    row.runtime, workload, row.contender
+                );
+                continue;
+            }
+            let of = |base: Option<&Row>, value: fn(&Row) -> f64| {
+                base.and_then(|b| (value(b) > 0.0).then(|| value(row) / value(b)))
+            };
+            let quorum = find(Who::FloorQuorum, row);
+            let wait_all = find(Who::FloorWaitAll, row);
+            let rslock = find(Who::Rslock, row);
+            let rounds = row.round_ratios.map_or_else(
+                || "-".to_owned(),
+                |r| format!("{:.2}-{:.2}", r.p50.min, r.p50.max),
+            );
+            println!(
+                "{:<14} {:<14} {:<18} {:>9.0} {:>8.1} {:>8.1} | {:>7} {:>7} {:>7} {:>13} | {:>7} {:>7} | {:>5}",
+                row.runtime,
+                workload,
+                row.contender,
+                row.cycles_per_s,
+                row.p50_us,
+                row.p99_us,
+                ratio(of(quorum, |r| r.p50_us)),
+                ratio(of(quorum, |r| r.p99_us)),
+                ratio(of(quorum, |r| r.cycles_per_s)),
+                rounds,
+                ratio(of(wait_all, |r| r.p50_us)),
+                ratio(of(rslock, |r| r.cycles_per_s)),
+                row.lock_failures + row.unlock_failures,
+            );
+        }
+        if !zone.phases.is_empty() {
+            println!();
+            println!(
+                "{}: one task, current-thread, p50 of each phase over {ZONE_PHASE_CYCLES} cycles",
+                zone.zones
+            );
+            println!(
+                "{:<22} {:>10} {:>10} {:>10}",
+                "", "lock us", "extend us", "unlock us"
+            );
+            for (label, phases) in &zone.phases {
+                match phases {
+                    Ok([quorum, all, _]) if label.starts_with("round trip") => println!(
+                        "one PING to every node: {quorum:.1} us to the quorum's replies, \
+                         {all:.1} us to the last"
+                    ),
+                    Ok([a, b, c]) => println!("{label:<22} {a:>10.1} {b:>10.1} {c:>10.1}"),
+                    Err(error) => println!("{label:<22} no result: {error}"),
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node-count rows (issue 25): N = 3, 5, 7 and 9 local nodes, each library row against its
+// floor at the same N. Opt-in: `BENCH_ONLY=nodes` (or e.g. `BENCH_ONLY='nodes,current'`).
+
+/// The node counts, on one cluster of the largest.
+const NODE_COUNTS: [usize; 4] = [3, 5, 7, 9];
+
+const NODE_WORKLOADS: [Workload; 2] = [Workload::Uncontended1, Workload::Uncontended32];
+
+/// Each library row next to its floor, in run order before rotation.
+const NODE_WHO: [Who; 4] = [
+    Who::FloorWaitAll,
+    Who::RedmutexDefault,
+    Who::FloorQuorum,
+    Who::RedmutexFailFast,
+];
+
+fn node_label(nodes: usize, flavor: Flavor, workload: Workload, who: Who) -> String {
+    format!(
+        "nodes-{nodes} {} {} {}",
+        flavor.name(),
+        workload.name(),
+        who.name()
+    )
+}
+
+fn nodes_selected(config: &Config) -> bool {
+    !config.only.is_empty()
+        && NODE_COUNTS.iter().any(|&n| {
+            Flavor::ALL.iter().any(|&flavor| {
+                NODE_WORKLOADS.iter().any(|&workload| {
+                    NODE_WHO
+                        .iter()
+                        .any(|&who| config.selects(&node_label(n, flavor, workload, who)))
+                })
+            })
+        })
+}
+
+/// Runs the selected node-count rows on a cluster of its own, in interleaved rounds; each row's
+/// workload reads `nodes-N <workload>`, so `add_ratios` pairs it with its floor at the same N.
+fn run_node_counts(config: &Config, run: u64) -> Vec<(Who, usize, Row)> {
+    let largest = NODE_COUNTS.iter().copied().max().unwrap_or(0);
+    eprintln!("compare: starting {largest} nodes for the node-count rows");
+    let cluster = testenv::Cluster::start(largest);
+    let all_urls = cluster.urls();
+    let rounds = config.rounds as usize;
+    let round_timing = Timing {
+        measure: config.timing.measure / config.rounds,
+        ..config.timing
+    };
+    let mut rows = Vec::new();
+    let mut rounds_of = Vec::new();
+    let mut seq = 0;
+    for (k, &nodes) in NODE_COUNTS.iter().enumerate() {
+        let urls = &all_urls[..nodes];
+        for &flavor in &Flavor::ALL {
+            for (w, &workload) in NODE_WORKLOADS.iter().enumerate() {
+                let mut group: Vec<(Who, usize, Vec<Row>)> = Vec::new();
+                for i in 0..NODE_WHO.len() {
+                    let who = NODE_WHO[(i + w + k) % NODE_WHO.len()];
+                    if config.selects(&node_label(nodes, flavor, workload, who)) {
+                        seq += 1;
+                        group.push((who, seq, Vec::with_capacity(rounds)));
+                    }
+                }
+                let size = group.len();
+                for round in 0..rounds {
+                    for i in 0..size {
+                        let (who, seq, done) = &mut group[(i + round) % size];
+                        eprintln!(
+                            "compare: round {}/{rounds} {}",
+                            round + 1,
+                            node_label(nodes, flavor, workload, *who)
+                        );
+                        let prefix = format!("bench:{run}:nodes:{seq}:{round}");
+                        let mut row = run_contender(
+                            *who,
+                            flavor,
+                            workload,
+                            round_timing,
+                            urls,
+                            &[],
+                            None,
+                            &prefix,
+                            &Err("not a node-count contender".into()),
+                        );
+                        row.workload = format!("nodes-{nodes} {}", workload.name());
+                        done.push(row);
+                    }
+                }
+                for (who, seq, done) in group {
+                    rows.push((who, seq, Row::merge(&done)));
+                    rounds_of.push((seq, done));
+                }
+            }
+        }
+    }
+    add_ratios(&mut rows, &rounds_of);
+    rows
+}
+
+/// The node-count table: each library row against its floor at the same N.
+fn print_node_counts(rows: &[(Who, usize, Row)]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "node counts: local nodes, default vs floor wait-all and fail-fast vs floor quorum at the \
+         same N (p50 x rounds: lowest-highest round ratio)"
+    );
+    println!(
+        "{:<14} {:<22} {:<18} {:>9} {:>8} {:>8} {:>8} | {:<14} {:>5} {:>5} {:>5} {:>11} | {:>5}",
+        "runtime",
+        "workload",
+        "contender",
+        "cycles/s",
+        "p50 us",
+        "p99 us",
+        "CPU us",
+        "vs",
+        "thr x",
+        "p50 x",
+        "CPU x",
+        "p50 x rounds",
+        "fails"
+    );
+    let mut last = None;
+    for (_, _, row) in rows {
+        let group = (row.runtime.clone(), row.workload.clone());
+        if last.as_ref().is_some_and(|g| *g != group) {
+            println!();
+        }
+        last = Some(group);
+        if let Some(error) = &row.error {
+            println!(
+                "{:<14} {:<22} {:<18} no result: {error}",
+                row.runtime, row.workload, row.contender
+            );
+            continue;
+        }
+        let rounds = row.round_ratios.map_or_else(
+            || "-".to_owned(),
+            |r| format!("{:.2}-{:.2}", r.p50.min, r.p50.max),
+        );
+        println!(
+            "{:<14} {:<22} {:<18} {:>9.0} {:>8.1} {:>8.1} {:>8.1} | {:<14} {:>5} {:>5} {:>5} {:>11} | {:>5}",
+            row.runtime,
+            row.workload,
+            row.contender,
+            row.cycles_per_s,
+            row.p50_us,
+            row.p99_us,
+            row.cpu_us_per_cycle,
+            row.vs.as_deref().unwrap_or("-"),
+            ratio(row.throughput_ratio),
+            ratio(row.p50_ratio),
+            ratio(row.cpu_ratio),
+            rounds,
+            row.lock_failures + row.unlock_failures,
+        );
+    }
 }

@@ -17,6 +17,8 @@
 # Each contender's count is divided by that of the last baseline before it in the list: a floor,
 # or a client of standalone members for the cluster members' rows, e.g. what routing costs:
 #   CONTENDERS='redmutex 1 standalone;redmutex 1 cluster' bash benches/instructions.sh
+#   SECTION=nodes-9 measures the rows of an opt-in section instead (here the node-count rows at
+#   9 nodes; the word is added to BENCH_ONLY).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-current}
@@ -52,7 +54,7 @@ trap 'rm -rf "$work"' EXIT
 measure() {
     local who=$1 secs=$2 out="$work/run"
     if ! BENCH_ROUNDS=1 BENCH_MEMORY_LOCKS=0 BENCH_SECS=$secs \
-        BENCH_ONLY="$runtime,$workload,$who" \
+        BENCH_ONLY="$runtime,$workload,$who${SECTION:+,$SECTION}" \
         valgrind --tool=callgrind --callgrind-out-file="$out.cg" "$binary" --bench \
         >"$out.txt" 2>"$out.err"; then
         echo "the benchmark failed under valgrind ($who, $secs s):" >&2

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
-use crate::nodes::member::MemberClient;
+use crate::nodes::member::{self, MemberClient};
 use crate::nodes::redact::redact_url;
 use crate::nodes::script::{self, Script};
 use crate::ops;
@@ -130,7 +130,7 @@ impl Redlock {
         for (index, url) in urls.into_iter().enumerate() {
             let url = url.as_ref();
             let address = redact_url(url);
-            let client = redis::Client::open(url).map_err(|_| url_error(index, url, &address))?;
+            let client = member::node_client(url).map_err(|_| url_error(index, url, &address))?;
             clients.push((MemberClient::Node(client), Some(address)));
         }
         Redlock::with_clients(clients)
@@ -151,7 +151,9 @@ impl Redlock {
     /// loaded on each new connection; and mutexes with wake-up on release open one pub/sub
     /// connection per member through the same clients (for a cluster, one RESP3 cluster
     /// connection for sharded pub/sub). Called within a tokio runtime, it starts connecting in
-    /// the background; outside one, connections open on first use.
+    /// the background; outside one, connections open on first use. Unlike `connect`, it keeps the
+    /// clients' TCP settings: set `TCP_NODELAY` on them (`redis::io::tcp::TcpSettings`), or with
+    /// nodes in other zones a request written right after another may wait for a round trip.
     ///
     /// # Errors
     ///

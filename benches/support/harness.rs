@@ -73,6 +73,9 @@ pub enum Workload {
     Uncontended1,
     /// 32 tasks, each locking and unlocking its own name.
     Uncontended32,
+    /// 8 tasks, each locking and unlocking its own name (the zone rows only: not in
+    /// [`ALL`](Workload::ALL)).
+    Uncontended8,
     /// 8 tasks on one name: lock, increment a counter in process memory, unlock.
     Contended8,
 }
@@ -85,10 +88,19 @@ impl Workload {
         Workload::Contended8,
     ];
 
+    /// Every workload, [`ALL`](Workload::ALL) and those only some rows run.
+    pub const ANY: [Workload; 4] = [
+        Workload::Uncontended1,
+        Workload::Uncontended32,
+        Workload::Contended8,
+        Workload::Uncontended8,
+    ];
+
     /// The name used in the table, the JSON lines and on the peer's command line.
     pub fn name(self) -> &'static str {
         match self {
             Workload::Uncontended1 => "uncontended-1",
+            Workload::Uncontended8 => "uncontended-8",
             Workload::Uncontended32 => "uncontended-32",
             Workload::Contended8 => "contended-8",
         }
@@ -96,7 +108,7 @@ impl Workload {
 
     /// The inverse of [`name`](Workload::name).
     pub fn parse(text: &str) -> Result<Workload, String> {
-        Workload::ALL
+        Workload::ANY
             .into_iter()
             .find(|w| w.name() == text)
             .ok_or_else(|| format!("unknown workload {text:?}"))
@@ -106,6 +118,7 @@ impl Workload {
     pub fn tasks(self) -> usize {
         match self {
             Workload::Uncontended1 => 1,
+            Workload::Uncontended8 => 8,
             Workload::Uncontended32 => 32,
             Workload::Contended8 => 8,
         }

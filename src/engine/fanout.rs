@@ -369,6 +369,21 @@ pub(crate) async fn release_until_decided(
     (tally, in_flight.map(InFlight::finish_in_background))
 }
 
+/// Like [`all`] for an extend, but returns as soon as the verdict cannot change: an extend's
+/// verdict reads like a release's (taken, extended, expired or no quorum), so it is decided when a
+/// release's would be (`Tally::release_decided`). The calls still in flight finish in the
+/// background.
+pub(crate) async fn extend_until_decided(
+    nodes: &Arc<[Node]>,
+    request: Request,
+    timeout: Duration,
+    shuffle: bool,
+) -> (Tally, Option<Stragglers>) {
+    let decided = Tally::release_decided;
+    let (tally, in_flight) = gather(nodes, request, timeout, shuffle, decided).await;
+    (tally, in_flight.map(InFlight::finish_in_background))
+}
+
 /// Best-effort release in a background task: for handles dropped without `unlock()` and for
 /// cancelled acquisitions. Without a tokio runtime nothing is sent and the keys expire on their own.
 pub(crate) fn spawn_release(

@@ -87,13 +87,16 @@ impl Held {
         let request = Request::new(Op::Extend, resource.target(), &self.value, plan.millis)
             .with_replica_acks(plan.replica_acks);
         let start = Instant::now();
-        let tally = fanout::all(
-            resource.nodes(),
-            request,
-            plan.node_timeout,
-            plan.shuffle_nodes,
-        )
-        .await;
+        // Fail-fast: an extend that waited for the farthest node would cost what a lock that
+        // waited for it does. The calls left in flight are cancelled before the next operation.
+        let (tally, in_flight) = if plan.fail_fast {
+            let (nodes, timeout) = (resource.nodes(), plan.node_timeout);
+            fanout::extend_until_decided(nodes, request, timeout, plan.shuffle_nodes).await
+        } else {
+            let nodes = resource.nodes();
+            let tally = fanout::all(nodes, request, plan.node_timeout, plan.shuffle_nodes).await;
+            (tally, None)
+        };
         let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
         let (ok, total) = (tally.ours, tally.total);
         let judged = tally.judge_extend(left);
@@ -111,6 +114,9 @@ impl Held {
         // A clone unlocked while this extend was in flight: say so, rather than report the keys
         // that unlock deleted as an expired lock.
         if state.unlocked {
+            if let Some(in_flight) = in_flight {
+                in_flight.cancel();
+            }
             return Err(Error::Unlocked);
         }
         metrics::extension(&resource.labels(), &judged);
@@ -118,6 +124,11 @@ impl Held {
             Err(Error::Expired) => self.lost_with(&mut state, Lost::Expired),
             Err(Error::Taken { .. }) => self.lost_with(&mut state, Lost::Taken),
             _ => {}
+        }
+        // Whatever the verdict, an extend or unlock may follow: the calls still in flight must not
+        // land after it.
+        if let Some(previous) = std::mem::replace(&mut state.stragglers, in_flight) {
+            previous.cancel();
         }
         state.valid_until = deadline(start, judged?);
         Ok(())

@@ -5,6 +5,19 @@ use std::fmt;
 
 use super::reconnect::address_of;
 
+/// A client of the node at `url` whose connections send each request at once (`TCP_NODELAY`).
+///
+/// Every lock of a `Redlock` shares one connection per node, so requests of several locks go out
+/// back to back. Under Nagle's algorithm (the redis crate's default) a request written while an
+/// earlier one is unacknowledged waits for that acknowledgement, which a node in another zone sends
+/// with its reply: the request pays that node's round trip twice.
+pub(crate) fn node_client(url: &str) -> redis::RedisResult<redis::Client> {
+    use redis::IntoConnectionInfo;
+    let info = url.into_connection_info()?;
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    redis::Client::open(info.set_tcp_settings(tcp))
+}
+
 /// One member of the quorum, as [`Redlock::from_clients`](crate::Redlock::from_clients) takes
 /// it: a `redis::Client` of one node, or (with the `cluster` feature, on by default) a
 /// `redis::cluster::ClusterClient` of a whole Redis Cluster. Both convert with `into()`, so a
@@ -99,6 +112,25 @@ impl fmt::Debug for MemberClient {
             MemberClient::Node(_) => write!(f, "Node({})", self.address()),
             #[cfg(feature = "cluster")]
             MemberClient::Cluster(_) => f.write_str("Cluster(ClusterClient)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_clients_send_each_request_at_once() {
+        for url in [
+            "redis://127.0.0.1:6379/",
+            "redis://:secret@127.0.0.1:6379/2",
+        ] {
+            let client = node_client(url).expect("a URL");
+            assert!(
+                client.get_connection_info().tcp_settings().nodelay(),
+                "{url}"
+            );
         }
     }
 }

@@ -185,7 +185,9 @@ impl Lock {
     ///
     /// Never called by the library on its own. Succeeds only on a quorum and only if validity is
     /// left after the round trip; a failure changes nothing (the lock is not released, `valid_until`
-    /// stays). It never re-creates an expired key or touches another owner's.
+    /// stays). It never re-creates an expired key or touches another owner's. With
+    /// [`with_fail_fast(true)`](Mutex::with_fail_fast), it returns once the outcome is decided, and
+    /// the calls still in flight go on until the next extend or unlock stops them.
     ///
     /// # Errors
     ///

@@ -551,6 +551,39 @@ async fn fail_fast_unlock_does_not_wait_and_no_set_lands_after_it() {
     assert!(present(&cluster, "acquire:fast-unlock").is_empty());
 }
 
+/// A fail-fast extend does not wait for a stalled node either: across zones, an extend that waited
+/// for the farthest node would cost what a lock that waited for it does. Its call to that node is
+/// stopped by the unlock that follows, and the release queued behind it still removes the key.
+#[tokio::test]
+async fn fail_fast_extend_does_not_wait_for_a_stalled_node() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    // A 10 s node timeout: waiting for the paused node cannot be mistaken for a slow machine.
+    let mutex = redlock
+        .new_mutex("acquire:fast-extend")
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.5)
+        .with_fail_fast(true)
+        .with_tries(1);
+    support::warm_up(&mutex).await;
+    cluster.node(4).pause();
+    let lock = mutex.lock().await.expect("4 of 5 suffice");
+    let start = Instant::now();
+    lock.extend().await.expect("extended on 4 of 5");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the extend waited for the paused node: {:?}",
+        start.elapsed()
+    );
+    lock.unlock().await.expect("released on 4 of 5");
+    cluster.node(4).resume();
+    // Well before the 20 s expiry: only the release can have removed node 4's key.
+    support::within(Duration::from_secs(3), "no node holds the key", || {
+        present(&cluster, "acquire:fast-extend").is_empty()
+    })
+    .await;
+}
+
 /// A retry must not race the release of the previous attempt: that release would delete the keys of
 /// the next attempt if both used one value and the release came second.
 #[tokio::test]

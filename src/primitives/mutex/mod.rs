@@ -253,7 +253,8 @@ impl Mutex {
     /// lock lands on as many nodes as possible; after a failure they are released like the rest.
     /// [`Lock::extend`], [`Lock::unlock`] and dropping the lock stop those still in flight without
     /// waiting for them: requests already sent run first on their node's connection, the others
-    /// are never sent. [`Lock::unlock`] returns once its outcome is decided too.
+    /// are never sent. [`Lock::unlock`] and [`Lock::extend`] return once their outcome is decided
+    /// too, and leave their own calls still in flight to finish the same way.
     ///
     /// # Examples
     ///
