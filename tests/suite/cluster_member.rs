@@ -11,7 +11,6 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
 #[cfg(feature = "cluster")]
 use redis::cluster::ClusterClient;
 #[cfg(not(feature = "cluster"))]
@@ -20,7 +19,7 @@ use redmutex::{CheckKind, CheckStatus, Error, MemberClient, Mutex, Redlock};
 use testenv::{Cluster, RedisCluster, key_slot};
 
 use crate::support::capture::Capture;
-use crate::support::{contended, within};
+use crate::support::{increments_under_lock, within};
 
 /// A mutex that holds long enough for a topology change, with quick retries.
 fn patient(redlock: &Redlock, name: &str) -> Mutex {
@@ -148,32 +147,8 @@ async fn a_mixed_deployment_keeps_increments_exact() {
     for _ in 0..4 {
         clients.push(Redlock::connect(&urls).await.expect("URLs"));
     }
-    let mut tasks = Vec::new();
-    for task in 0..16 {
-        let mutex = contended(&clients[task % 4], "cluster-member:counter");
-        let url = counter.node(0).url();
-        tasks.push(tokio::spawn(async move {
-            let mut store = redis::Client::open(url)
-                .expect("valid URL")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("the counter's node is up");
-            for _ in 0..25 {
-                let lock = mutex.lock().await.expect("lock under contention");
-                let value: Option<u64> = store.get("count").await.expect("GET");
-                tokio::task::yield_now().await; // widen the race window
-                let _: () = store
-                    .set("count", value.unwrap_or(0) + 1)
-                    .await
-                    .expect("SET");
-                lock.unlock().await.expect("unlock");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("task finished");
-    }
-    assert_eq!(counter.node(0).get("count").as_deref(), Some("400"));
+    let count = increments_under_lock(&clients, "cluster-member:counter", &counter).await;
+    assert_eq!(count, "400");
     assert!(!cluster.exists("cluster-member:counter"));
 }
 

@@ -25,34 +25,9 @@ async fn clients(cluster: &Cluster, n: usize) -> Vec<Redlock> {
 async fn non_atomic_increments_are_never_lost() {
     let cluster = Cluster::start(5);
     let counter = testenv::Cluster::start(1);
-    let counter_url = counter.node(0).url();
     let clients = clients(&cluster, 4).await;
-    let mut tasks = Vec::new();
-    for task in 0..16 {
-        let mutex = contended(&clients[task % 4], "contention:counter");
-        let url = counter_url.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut store = redis::Client::open(url)
-                .expect("valid URL")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("counter node is up");
-            for _ in 0..25 {
-                let lock = mutex.lock().await.expect("lock under contention");
-                let value: Option<u64> = store.get("count").await.expect("GET");
-                tokio::task::yield_now().await; // widen the race window
-                let _: () = store
-                    .set("count", value.unwrap_or(0) + 1)
-                    .await
-                    .expect("SET");
-                lock.unlock().await.expect("unlock");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("task finished");
-    }
-    assert_eq!(counter.node(0).get("count").as_deref(), Some("400"));
+    let count = support::increments_under_lock(&clients, "contention:counter", &counter).await;
+    assert_eq!(count, "400");
 }
 
 /// One item in stock, 50 buyers at once: exactly one sale.

@@ -119,3 +119,35 @@ pub async fn within(limit: Duration, what: &str, mut condition: impl FnMut() -> 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// 16 tasks, on `clients` in turn, each make 25 non-atomic increments (GET, yield, SET) of
+/// `count` on `counter` under `name`'s lock; returns the count, 400 unless an update was lost.
+pub async fn increments_under_lock(clients: &[Redlock], name: &str, counter: &Cluster) -> String {
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let mutex = contended(&clients[task % clients.len()], name);
+        let url = counter.node(0).url();
+        tasks.push(tokio::spawn(async move {
+            let mut store = redis::Client::open(url)
+                .expect("valid URL")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("the counter's node is up");
+            for _ in 0..25 {
+                let lock = mutex.lock().await.expect("lock under contention");
+                let value: Option<u64> = redis::AsyncCommands::get(&mut store, "count")
+                    .await
+                    .expect("GET");
+                tokio::task::yield_now().await; // widen the race window
+                let _: () = redis::AsyncCommands::set(&mut store, "count", value.unwrap_or(0) + 1)
+                    .await
+                    .expect("SET");
+                lock.unlock().await.expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task finished");
+    }
+    counter.node(0).get("count").unwrap_or_default()
+}
