@@ -11,7 +11,8 @@
 //!   name, and how long the subscriptions outlive the last waiter.
 //!
 //! `cargo bench --bench scale`; `SCALE_SECS` (measured seconds per level and round, default 1.5),
-//! `SCALE_ROUNDS` (default 3), `SCALE_ONLY` (`names` or `waiters`; default both).
+//! `SCALE_ROUNDS` (default 3), `SCALE_ONLY` (`names`, `waiters`, or `memory` for the client memory lines alone; default
+//! names and waiters).
 
 use std::alloc::System;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ fn main() {
         "scale: {NODES} local redis-server nodes, {} cores, current-thread runtime",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    if (only.is_empty() || only == "names")
+    if (only.is_empty() || only == "names" || only == "memory")
         && let Err(error) = runtime.block_on(names(&cluster, &urls, secs, rounds))
     {
         eprintln!("scale: names: {error}");
@@ -179,6 +180,17 @@ async fn names(cluster: &testenv::Cluster, urls: &[String], secs: f64, rounds: u
             (live_blocks() - blocks) as f64 / n as f64
         );
         drop(mutexes);
+        let (before, blocks) = (live_bytes(), live_blocks());
+        let mutexes: Vec<_> = (0..n).map(|_| redlock.new_mutex("x")).collect();
+        println!(
+            "            one named `x`:        {:>6.0} bytes and {:.2} heap blocks each",
+            (live_bytes() - before) as f64 / n as f64,
+            (live_blocks() - blocks) as f64 / n as f64
+        );
+        drop(mutexes);
+    }
+    if std::env::var("SCALE_ONLY").is_ok_and(|only| only == "memory") {
+        return Ok(());
     }
 
     // Node memory per held lock against a plain SET of the same keys and values.
