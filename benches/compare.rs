@@ -488,31 +488,27 @@ fn main() -> ExitCode {
             // Every contender runs once per round, so slow drifts of the background load reach
             // all of them alike instead of the ones measured in a bad moment; one more rotation
             // per round so that no contender always runs first.
-            let size = group.len();
-            for round in 0..rounds {
-                for i in 0..size {
-                    let (who, seq, done) = &mut group[(i + round) % size];
-                    let prefix = format!("bench:{run}:{seq}:{round}");
-                    eprintln!(
-                        "compare: [{seq:2}/{total}] round {}/{rounds} {:14} {:14} {}",
-                        round + 1,
-                        flavor.name(),
-                        workload.name(),
-                        who.name()
-                    );
-                    done.push(run_contender(
-                        *who,
-                        flavor,
-                        workload,
-                        round_timing,
-                        &urls,
-                        &seeds,
-                        tls.as_ref(),
-                        &prefix,
-                        &rslock,
-                    ));
-                }
-            }
+            interleave(&mut group, rounds, |who, seq, round| {
+                let prefix = format!("bench:{run}:{seq}:{round}");
+                eprintln!(
+                    "compare: [{seq:2}/{total}] round {}/{rounds} {:14} {:14} {}",
+                    round + 1,
+                    flavor.name(),
+                    workload.name(),
+                    who.name()
+                );
+                run_contender(
+                    who,
+                    flavor,
+                    workload,
+                    round_timing,
+                    &urls,
+                    &seeds,
+                    tls.as_ref(),
+                    &prefix,
+                    &rslock,
+                )
+            });
             for (who, seq, done) in group {
                 rows.push((who, seq, Row::merge(&done)));
                 rounds_of.push((seq, done));
@@ -1938,31 +1934,27 @@ fn run_zones(
                         group.push((who, group.len(), Vec::with_capacity(rounds)));
                     }
                 }
-                let size = group.len();
-                for round in 0..rounds {
-                    for i in 0..size {
-                        let (who, seq, done) = &mut group[(i + round) % size];
-                        eprintln!(
-                            "compare: round {}/{rounds} {}",
-                            round + 1,
-                            zone_label(zones, flavor, workload, *who)
-                        );
-                        let prefix = format!("bench:{run}:{zones}:{w}:{seq}:{round}");
-                        let mut row = run_contender(
-                            *who,
-                            flavor,
-                            workload,
-                            round_timing,
-                            &urls,
-                            &[],
-                            None,
-                            &prefix,
-                            rslock,
-                        );
-                        row.workload = format!("{zones} {}", workload.name());
-                        done.push(row);
-                    }
-                }
+                interleave(&mut group, rounds, |who, seq, round| {
+                    eprintln!(
+                        "compare: round {}/{rounds} {}",
+                        round + 1,
+                        zone_label(zones, flavor, workload, who)
+                    );
+                    let prefix = format!("bench:{run}:{zones}:{w}:{seq}:{round}");
+                    let mut row = run_contender(
+                        who,
+                        flavor,
+                        workload,
+                        round_timing,
+                        &urls,
+                        &[],
+                        None,
+                        &prefix,
+                        rslock,
+                    );
+                    row.workload = format!("{zones} {}", workload.name());
+                    row
+                });
                 // Each row's spread of ratios is against the quorum floor, round by round.
                 let base: Vec<Row> = group
                     .iter()
@@ -1990,6 +1982,23 @@ fn run_zones(
         });
     }
     runs
+}
+
+/// Runs every contender of `group` once per round, in an order one rotation further each round
+/// so that none always runs first, and appends each run's row to the contender's list. `run` gets
+/// the contender, its sequence number and the round.
+fn interleave(
+    group: &mut [(Who, usize, Vec<Row>)],
+    rounds: usize,
+    mut run: impl FnMut(Who, usize, usize) -> Row,
+) {
+    let size = group.len();
+    for round in 0..rounds {
+        for i in 0..size {
+            let (who, seq, done) = &mut group[(i + round) % size];
+            done.push(run(*who, *seq, round));
+        }
+    }
 }
 
 /// PING p50 through `url` over `count` round trips, in microseconds (0 if it failed).
@@ -2273,31 +2282,27 @@ fn run_node_counts(config: &Config, run: u64) -> Vec<(Who, usize, Row)> {
                         group.push((who, seq, Vec::with_capacity(rounds)));
                     }
                 }
-                let size = group.len();
-                for round in 0..rounds {
-                    for i in 0..size {
-                        let (who, seq, done) = &mut group[(i + round) % size];
-                        eprintln!(
-                            "compare: round {}/{rounds} {}",
-                            round + 1,
-                            node_label(nodes, flavor, workload, *who)
-                        );
-                        let prefix = format!("bench:{run}:nodes:{seq}:{round}");
-                        let mut row = run_contender(
-                            *who,
-                            flavor,
-                            workload,
-                            round_timing,
-                            urls,
-                            &[],
-                            None,
-                            &prefix,
-                            &Err("not a node-count contender".into()),
-                        );
-                        row.workload = format!("nodes-{nodes} {}", workload.name());
-                        done.push(row);
-                    }
-                }
+                interleave(&mut group, rounds, |who, seq, round| {
+                    eprintln!(
+                        "compare: round {}/{rounds} {}",
+                        round + 1,
+                        node_label(nodes, flavor, workload, who)
+                    );
+                    let prefix = format!("bench:{run}:nodes:{seq}:{round}");
+                    let mut row = run_contender(
+                        who,
+                        flavor,
+                        workload,
+                        round_timing,
+                        urls,
+                        &[],
+                        None,
+                        &prefix,
+                        &Err("not a node-count contender".into()),
+                    );
+                    row.workload = format!("nodes-{nodes} {}", workload.name());
+                    row
+                });
                 for (who, seq, done) in group {
                     rows.push((who, seq, Row::merge(&done)));
                     rounds_of.push((seq, done));
