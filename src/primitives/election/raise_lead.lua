@@ -8,13 +8,6 @@
 -- holds the name is the one the record speaks for (read_leader.lua) without the value, a secret
 -- that can unlock, ever leaving the node. The record never expires and is never deleted: a
 -- reader trusts it only while the name holds that value, so a stale one names nobody.
-
-local current = redis.call('GET', KEYS[1])
-if not current then return 0 end
-if current ~= ARGV[1] then return -1 end
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
-if counter < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
-end
+--- @include "../mutex/raise_counter.lua"
 redis.call('SET', KEYS[3], ARGV[2] .. ' ' .. redis.sha1hex(current) .. ' ' .. ARGV[3])
 return 1
