@@ -14,7 +14,7 @@ use crate::engine::target::{Settled, Target};
 use crate::error::NodeErrorKind;
 use crate::nodes::Member;
 use crate::nodes::connection::{NodeConnection, Packed};
-use crate::nodes::hash_tag::hash_tag;
+use crate::nodes::hash_tag::key_slot;
 use crate::nodes::version::{Needs, Version};
 
 /// What a request that publishes a notice needs of a cluster member: `SPUBLISH` (7.0), whatever
@@ -325,33 +325,14 @@ impl Request {
 /// specification says and `CLUSTER KEYSLOT` answers. Names with one hash tag share a slot, but
 /// so may others, by chance: the cluster accepts them in one script, and so does this.
 fn one_slot(names: &[Arc<str>]) -> bool {
-    let slot = |name: &str| slot_of(name);
+    // One name is one slot: nothing to hash on the way of a plain lock.
     match names.split_first() {
-        Some((first, rest)) => {
-            let first = slot(first);
-            rest.iter().all(|name| slot(name) == first)
+        Some((first, rest)) if !rest.is_empty() => {
+            let first = key_slot(first);
+            rest.iter().all(|name| key_slot(name) == first)
         }
-        None => true,
+        _ => true,
     }
-}
-
-/// The hash slot of `name` on a Redis Cluster, as `CLUSTER KEYSLOT` answers it.
-fn slot_of(name: &str) -> u16 {
-    crc16(hash_tag(name).unwrap_or(name).as_bytes()) % 16384
-}
-
-/// CRC16 as Redis Cluster hashes keys: polynomial 0x1021, initial value 0, no reflection, no
-/// final xor (the XMODEM variant).
-fn crc16(bytes: &[u8]) -> u16 {
-    bytes.iter().fold(0, |crc, &byte| {
-        (0..8).fold(crc ^ (u16::from(byte) << 8), |crc, _| {
-            if crc & 0x8000 == 0 {
-                crc << 1
-            } else {
-                (crc << 1) ^ 0x1021
-            }
-        })
-    })
 }
 
 /// A short description of an unexpected reply; long replies are cut so errors stay readable.
@@ -410,7 +391,7 @@ pub(crate) async fn call(
     };
     let ours = request.interpret(reply)?;
     if let Some(acks) = request.acks_for_ours() {
-        let slot = slot_of(request.target.first());
+        let slot = key_slot(request.target.first());
         let millis = whole_millis(acks.timeout);
         let reply = connection
             .wait_replicas(slot, acks.replicas, millis)
@@ -702,7 +683,6 @@ mod tests {
     /// specification, and its own tests check it against `CLUSTER KEYSLOT`).
     #[test]
     fn slots_are_the_cluster_specification() {
-        assert_eq!(crc16(b"123456789"), 0x31C3);
         let names: Vec<String> = (0..2000)
             .map(|i| match i % 4 {
                 0 => format!("order:{i}"),
