@@ -88,6 +88,18 @@ fn held_name(i: usize) -> String {
 
 /// Takes the locks `held.len()..target` with `TASKS` tasks, or releases down to `target`.
 async fn resize(redlock: &Redlock, held: &mut Vec<Lock>, target: usize) -> Res<()> {
+    resize_with(redlock, held, target, Some(HOLD)).await
+}
+
+/// As `resize`, with handles whose expiry is set to `expiry` (one setter call on each, which
+/// gives each handle its own copy of the settings), or left at the default when `None` (the
+/// handles share the defaults; an unlock that finds the 8 s lock expired counts as released).
+async fn resize_with(
+    redlock: &Redlock,
+    held: &mut Vec<Lock>,
+    target: usize,
+    expiry: Option<Duration>,
+) -> Res<()> {
     if target < held.len() {
         let extra = held.split_off(target);
         let chunks: Vec<Vec<Lock>> = {
@@ -102,7 +114,10 @@ async fn resize(redlock: &Redlock, held: &mut Vec<Lock>, target: usize) -> Res<(
             .map(|chunk| {
                 tokio::spawn(async move {
                     for lock in chunk {
-                        lock.unlock().await.map_err(|e| e.to_string())?;
+                        match lock.unlock().await {
+                            Err(redmutex::Error::Expired) if expiry.is_none() => {}
+                            other => other.map_err(|e| e.to_string())?,
+                        }
                     }
                     Ok::<_, String>(())
                 })
@@ -120,12 +135,11 @@ async fn resize(redlock: &Redlock, held: &mut Vec<Lock>, target: usize) -> Res<(
             tokio::spawn(async move {
                 let mut got = Vec::new();
                 for i in (from + task..target).step_by(TASKS) {
-                    let lock = redlock
-                        .new_mutex(held_name(i))
-                        .with_expiry(HOLD)
-                        .lock()
-                        .await
-                        .map_err(|e| format!("lock {i}: {e}"))?;
+                    let mut mutex = redlock.new_mutex(held_name(i));
+                    if let Some(expiry) = expiry {
+                        mutex = mutex.with_expiry(expiry);
+                    }
+                    let lock = mutex.lock().await.map_err(|e| format!("lock {i}: {e}"))?;
                     got.push((i, lock));
                 }
                 Ok::<_, String>(got)
@@ -155,37 +169,43 @@ async fn names(cluster: &testenv::Cluster, urls: &[String], secs: f64, rounds: u
     resize(&redlock, &mut held, 10_000).await?;
     resize(&redlock, &mut held, 0).await?;
 
-    // Client memory per held lock, from none held.
+    // Client memory per held lock, from none held: handles on the default settings (which share
+    // one copy of them), and handles with a setter called on each (which copy them).
     println!("\nclient memory per held lock (live heap bytes after taking N locks minus before)");
-    for n in [1_000, 10_000] {
-        let (before, blocks) = (live_bytes(), live_blocks());
-        let mut locks = Vec::with_capacity(n);
-        resize(&redlock, &mut locks, n).await?;
-        let grown = live_bytes() - before;
-        let grown_blocks = live_blocks() - blocks;
-        println!(
-            "  N = {n:>6}: {:>6.0} bytes and {:.2} heap blocks per lock (a Lock itself is {} bytes)",
-            grown as f64 / n as f64,
-            grown_blocks as f64 / n as f64,
-            std::mem::size_of::<Lock>()
-        );
-        resize(&redlock, &mut locks, 0).await?;
+    for (label, expiry) in [("default settings", None), ("with_expiry each", Some(HOLD))] {
+        println!("  {label}:");
+        for n in LEVELS {
+            let (before, blocks) = (live_bytes(), live_blocks());
+            let mut locks = Vec::with_capacity(n);
+            resize_with(&redlock, &mut locks, n, expiry).await?;
+            let grown = live_bytes() - before;
+            let grown_blocks = live_blocks() - blocks;
+            println!(
+                "    N = {n:>6}: {:>6.0} bytes and {:.2} heap blocks per lock (a Lock itself is {} bytes)",
+                grown as f64 / n as f64,
+                grown_blocks as f64 / n as f64,
+                std::mem::size_of::<Lock>()
+            );
+            resize_with(&redlock, &mut locks, 0, expiry).await?;
+        }
         // What the handle a lock is taken from costs alone (no I/O): the part of a held lock that
-        // copies the name and settings.
+        // holds the name and settings.
+        let n = 10_000;
         let (before, blocks) = (live_bytes(), live_blocks());
-        let mutexes: Vec<_> = (0..n).map(|i| redlock.new_mutex(held_name(i))).collect();
+        let mutexes: Vec<_> = (0..n)
+            .map(|i| {
+                let mutex = redlock.new_mutex(held_name(i));
+                match expiry {
+                    Some(expiry) => mutex.with_expiry(expiry),
+                    None => mutex,
+                }
+            })
+            .collect();
         println!(
-            "            a Mutex handle alone: {:>6.0} bytes and {:.2} heap blocks each",
+            "    a Mutex handle alone ({n}): {:>6.0} bytes and {:.2} heap blocks each (a Mutex itself is {} bytes)",
             (live_bytes() - before) as f64 / n as f64,
-            (live_blocks() - blocks) as f64 / n as f64
-        );
-        drop(mutexes);
-        let (before, blocks) = (live_bytes(), live_blocks());
-        let mutexes: Vec<_> = (0..n).map(|_| redlock.new_mutex("x")).collect();
-        println!(
-            "            one named `x`:        {:>6.0} bytes and {:.2} heap blocks each",
-            (live_bytes() - before) as f64 / n as f64,
-            (live_blocks() - blocks) as f64 / n as f64
+            (live_blocks() - blocks) as f64 / n as f64,
+            std::mem::size_of::<redmutex::Mutex>()
         );
         drop(mutexes);
     }

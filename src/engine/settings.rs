@@ -167,8 +167,18 @@ impl Plan {
 }
 
 impl Settings {
-    /// Checks every rule, so that nothing invalid ever reaches a node.
+    /// Checks every rule, so that nothing invalid ever reaches a node: those of what the lock
+    /// covers first, then those of the settings alone. (A `Resource` keeps the two halves
+    /// apart.)
+    #[cfg(test)]
     pub(crate) fn plan(&self, target: &dyn Target) -> Result<Plan, Error> {
+        self.check_target(target)?;
+        self.plan_alone()
+    }
+
+    /// The rules that depend on what the lock covers (`plan`'s first half). Kept apart so that
+    /// handles over different names can share one checked copy of the settings.
+    pub(crate) fn check_target(&self, target: &dyn Target) -> Result<(), Error> {
         target.check()?;
         if self.fencing {
             target.check_fencing()?;
@@ -182,6 +192,11 @@ impl Settings {
                 "fair waiting is for a mutex over one name only",
             ));
         }
+        Ok(())
+    }
+
+    /// The rules of the settings alone, and what they turn into (`plan`'s second half).
+    pub(crate) fn plan_alone(&self) -> Result<Plan, Error> {
         if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
             return Err(Error::config(
                 "expiry",
