@@ -11,13 +11,14 @@ use crate::nodes::Node;
 
 /// A primitive's nodes, its [`Target`], its settings and what they validate to: everything an
 /// attempt, a held lock or a waiter needs. Cheap to clone (three `Arc`s); settings changes make
-/// their own copy.
+/// their own copy, or share an equal one.
 #[derive(Clone)]
 pub(crate) struct Resource {
     nodes: Arc<[Node]>,
     target: Arc<dyn Target>,
-    /// Shared by every handle on default settings (whatever its target), and by a primitive's
-    /// clones and its locks; a setter copies it first unless this handle is its only owner.
+    /// Shared by every handle on default settings (whatever its target), by handles whose setters
+    /// made the same plain settings on one thread (see [`shared`]), and by a primitive's clones
+    /// and its locks; never changed in place.
     config: Arc<Config>,
     /// Why the settings do not suit the target (`Settings::check_target`), which comes before
     /// any error of the settings alone.
@@ -44,6 +45,41 @@ impl Config {
 static DEFAULTS: LazyLock<Arc<Config>> =
     LazyLock::new(|| Arc::new(Config::new(Settings::default())));
 
+/// How many settings a thread remembers for [`shared`]: enough for a few setters in a row (each
+/// step of `.with_expiry(..).with_tries(..)` is one) on a couple of kinds of handle.
+const RECENT: usize = 8;
+
+thread_local! {
+    /// The checked settings this thread's setters made last, newest first (plain ones only: see
+    /// `Settings::same_plain`).
+    static RECENT_CONFIGS: std::cell::RefCell<Vec<Arc<Config>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A checked copy of `settings`: the defaults', or one this thread made lately with the same
+/// values, or a new one. A client that makes a handle per order with the same setters then keeps
+/// one copy of those settings rather than one per name; no copy is ever changed in place, so a
+/// setter on one handle never shows in another.
+fn shared(settings: Settings) -> Arc<Config> {
+    if settings.same_plain(&DEFAULTS.settings) {
+        return Arc::clone(&DEFAULTS);
+    }
+    RECENT_CONFIGS.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        if let Some(at) = recent.iter().position(|c| c.settings.same_plain(&settings)) {
+            let config = recent.remove(at);
+            recent.insert(0, Arc::clone(&config));
+            return config;
+        }
+        let plain = settings.same_plain(&settings);
+        let config = Arc::new(Config::new(settings));
+        if plain {
+            recent.truncate(RECENT - 1);
+            recent.insert(0, Arc::clone(&config));
+        }
+        config
+    })
+}
+
 impl Resource {
     /// `target` on `nodes`, with default settings.
     pub(crate) fn new(nodes: Arc<[Node]>, target: Arc<dyn Target>) -> Resource {
@@ -59,10 +95,10 @@ impl Resource {
 
     /// Applies `change` to the settings and checks them again.
     pub(crate) fn with_settings(mut self, change: impl FnOnce(&mut Settings)) -> Resource {
-        let config = Arc::make_mut(&mut self.config);
-        change(&mut config.settings);
-        config.plan = config.settings.plan_alone();
-        self.refused = refused(&config.settings, &*self.target);
+        let mut settings = self.config.settings.clone();
+        change(&mut settings);
+        self.config = shared(settings);
+        self.refused = refused(&self.config.settings, &*self.target);
         self
     }
 
@@ -149,7 +185,10 @@ mod tests {
             "two handles on default settings hold one copy of them"
         );
         let a = a.with_settings(|s| s.expiry = Duration::from_secs(30));
-        assert!(!Arc::ptr_eq(&a.config, &b.config), "a setter copies first");
+        assert!(
+            !Arc::ptr_eq(&a.config, &b.config),
+            "a setter makes its own copy"
+        );
         assert_eq!(a.settings().expiry, Duration::from_secs(30));
         assert_eq!(
             b.settings().expiry,
@@ -163,6 +202,36 @@ mod tests {
         assert_eq!((a.settings().tries, c.settings().tries), (32, 3));
         assert_eq!(c.settings().expiry, Duration::from_secs(30));
         assert_eq!(resource("d").settings().expiry, Duration::from_secs(8));
+    }
+
+    #[test]
+    fn handles_with_the_same_setters_share_one_copy() {
+        let set = |name| {
+            resource(name)
+                .with_settings(|s| s.expiry = Duration::from_secs(600))
+                .with_settings(|s| s.tries = 5)
+        };
+        let (a, b) = (set("a"), set("b"));
+        assert!(
+            Arc::ptr_eq(&a.config, &b.config),
+            "the same setters on two handles end in one copy"
+        );
+        let c = b.clone().with_settings(|s| s.tries = 6);
+        assert!(!Arc::ptr_eq(&b.config, &c.config));
+        assert_eq!(
+            (a.settings().tries, b.settings().tries),
+            (5, 5),
+            "no change shows in another"
+        );
+        assert_eq!(c.settings().tries, 6);
+        // Setting a default value back shares the defaults.
+        let d = resource("d").with_settings(|s| s.tries = 32);
+        assert!(Arc::ptr_eq(&d.config, &resource("e").config));
+        // A caller's function is never shared, nor kept by the thread.
+        let f = |name| resource(name).with_settings(|s| s.value_fn = Some(Arc::new(|| "v".into())));
+        let (f1, f2) = (f("f"), f("g"));
+        assert!(!Arc::ptr_eq(&f1.config, &f2.config));
+        assert_eq!(Arc::strong_count(&f1.config), 1, "no cache holds it");
     }
 
     #[test]

@@ -245,6 +245,33 @@ impl Settings {
         })
     }
 
+    /// Whether `other` holds the same plain values, so that one checked copy can serve both.
+    /// Settings with a function of the caller's (a value or delay function) are never the same,
+    /// so that no cache of settings keeps a caller's closure alive.
+    pub(crate) fn same_plain(&self, other: &Settings) -> bool {
+        let plain_delay = |delay: &RetryDelay| match delay {
+            RetryDelay::Random { min, max } => Some((0, *min, *max)),
+            RetryDelay::Fixed(delay) => Some((1, *delay, *delay)),
+            RetryDelay::Custom(_) => None,
+        };
+        let delay = plain_delay(&self.retry_delay);
+        self.value_fn.is_none()
+            && other.value_fn.is_none()
+            && delay.is_some()
+            && delay == plain_delay(&other.retry_delay)
+            && self.expiry == other.expiry
+            && self.tries == other.tries
+            && self.drift_factor.to_bits() == other.drift_factor.to_bits()
+            && self.timeout_factor.to_bits() == other.timeout_factor.to_bits()
+            && self.fail_fast == other.fail_fast
+            && self.shuffle_nodes == other.shuffle_nodes
+            && self.fencing == other.fencing
+            && self.wake_on_release == other.wake_on_release
+            && self.fair == other.fair
+            && self.replica_acks == other.replica_acks
+            && self.metrics_label == other.metrics_label
+    }
+
     /// A value for a new acquisition.
     pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
         match &self.value_fn {
