@@ -249,27 +249,44 @@ impl Settings {
     /// Settings with a function of the caller's (a value or delay function) are never the same,
     /// so that no cache of settings keeps a caller's closure alive.
     pub(crate) fn same_plain(&self, other: &Settings) -> bool {
+        // Destructured, so that a field added to `Settings` cannot be left out of the comparison
+        // (two handles that differ in it would then share one copy): the build fails instead.
+        let Settings {
+            expiry,
+            tries,
+            retry_delay,
+            drift_factor,
+            timeout_factor,
+            fail_fast,
+            shuffle_nodes,
+            fencing,
+            wake_on_release,
+            fair,
+            replica_acks,
+            value_fn,
+            metrics_label,
+        } = self;
         let plain_delay = |delay: &RetryDelay| match delay {
             RetryDelay::Random { min, max } => Some((0, *min, *max)),
             RetryDelay::Fixed(delay) => Some((1, *delay, *delay)),
             RetryDelay::Custom(_) => None,
         };
-        let delay = plain_delay(&self.retry_delay);
-        self.value_fn.is_none()
+        let delay = plain_delay(retry_delay);
+        value_fn.is_none()
             && other.value_fn.is_none()
             && delay.is_some()
             && delay == plain_delay(&other.retry_delay)
-            && self.expiry == other.expiry
-            && self.tries == other.tries
-            && self.drift_factor.to_bits() == other.drift_factor.to_bits()
-            && self.timeout_factor.to_bits() == other.timeout_factor.to_bits()
-            && self.fail_fast == other.fail_fast
-            && self.shuffle_nodes == other.shuffle_nodes
-            && self.fencing == other.fencing
-            && self.wake_on_release == other.wake_on_release
-            && self.fair == other.fair
-            && self.replica_acks == other.replica_acks
-            && self.metrics_label == other.metrics_label
+            && *expiry == other.expiry
+            && *tries == other.tries
+            && drift_factor.to_bits() == other.drift_factor.to_bits()
+            && timeout_factor.to_bits() == other.timeout_factor.to_bits()
+            && *fail_fast == other.fail_fast
+            && *shuffle_nodes == other.shuffle_nodes
+            && *fencing == other.fencing
+            && *wake_on_release == other.wake_on_release
+            && *fair == other.fair
+            && *replica_acks == other.replica_acks
+            && *metrics_label == other.metrics_label
     }
 
     /// A value for a new acquisition.
@@ -294,6 +311,39 @@ mod tests {
 
     fn target(name: &str) -> OneName {
         OneName::new(name)
+    }
+
+    /// Each field on its own keeps two settings from sharing one copy.
+    #[test]
+    fn settings_differing_in_any_one_field_are_not_the_same() {
+        type Change = (&'static str, fn(&mut Settings));
+        let changes: [Change; 13] = [
+            ("expiry", |s| s.expiry += Duration::from_millis(1)),
+            ("tries", |s| s.tries += 1),
+            ("retry_delay", |s| {
+                s.retry_delay = RetryDelay::Fixed(Duration::from_millis(7))
+            }),
+            ("drift_factor", |s| s.drift_factor /= 2.0),
+            ("timeout_factor", |s| s.timeout_factor /= 2.0),
+            ("fail_fast", |s| s.fail_fast = !s.fail_fast),
+            ("shuffle_nodes", |s| s.shuffle_nodes = !s.shuffle_nodes),
+            ("fencing", |s| s.fencing = !s.fencing),
+            ("wake_on_release", |s| {
+                s.wake_on_release = !s.wake_on_release
+            }),
+            ("fair", |s| s.fair = !s.fair),
+            ("replica_acks", |s| s.replica_acks += 1),
+            ("value_fn", |s| s.value_fn = Some(Arc::new(|| "v".into()))),
+            ("metrics_label", |s| s.metrics_label = Some("checkout")),
+        ];
+        let defaults = Settings::default();
+        assert!(defaults.same_plain(&Settings::default()));
+        for (field, change) in changes {
+            let mut changed = Settings::default();
+            change(&mut changed);
+            assert!(!changed.same_plain(&defaults), "{field}");
+            assert!(!defaults.same_plain(&changed), "{field}");
+        }
     }
 
     fn field(result: Result<Plan, Error>) -> String {
