@@ -3,16 +3,21 @@
 //! - **Many names**: while one client holds 10, 1,000 and 10,000 distinct locks, the lock+unlock
 //!   rate of one more name, in interleaved rounds (10, 1,000, 10,000, 1,000, 10, ...); the client's
 //!   live heap bytes per held lock (a counting global allocator: bytes live after taking N locks
-//!   minus before, over N, the `Lock`s' own storage included); the nodes' `used_memory` per held
-//!   lock against a plain `SET name value PX` of the same names and values (both orders).
+//!   minus before, over N, the `Lock`s' own storage included), for handles on the default settings
+//!   and for handles with a setter called on each; the nodes' `used_memory` per held lock against a
+//!   plain `SET name value PX` of the same names and values (both orders).
 //! - **Many waiters**: 1,000 waiters with wake-on-release, one per name on 1,000 names, in one
 //!   client, while another client holds the names: channels and subscribers per node, the hand-off
 //!   (unlock start -> the waiter's `lock()` returning, one name at a time) against 1 waiter on 1
-//!   name, and how long the subscriptions outlive the last waiter.
+//!   name, the nodes' commands per acquisition (`INFO commandstats`) while the names are handed
+//!   off, and how long the subscriptions outlive the last waiter.
+//! - **Fair**: 2, 8 and then 32 clients (a `Redlock` each) taking one fair name in turn: hand-off
+//!   p50 and p99, subscriptions per node, the nodes' commands per acquisition, and the CPU time
+//!   per acquisition of this process (every client's) and of the nodes.
 //!
 //! `cargo bench --bench scale`; `SCALE_SECS` (measured seconds per level and round, default 1.5),
-//! `SCALE_ROUNDS` (default 3), `SCALE_ONLY` (`names`, `waiters`, or `memory` for the client memory lines alone; default
-//! names and waiters).
+//! `SCALE_ROUNDS` (default 3), `SCALE_ONLY` (`names`, `waiters` (with fair), `fair`, or `memory`
+//! for the client memory lines alone; default all).
 
 use std::alloc::System;
 use std::sync::Arc;
@@ -30,6 +35,8 @@ const HOLD: Duration = Duration::from_secs(600);
 const TASKS: usize = 32;
 const WAITERS: usize = 1_000;
 const SINGLE_REPEATS: usize = 100;
+const FAIR_CLIENTS: usize = 32;
+const FAIR_SECS: u64 = 3;
 
 type Res<T> = Result<T, String>;
 
@@ -60,6 +67,16 @@ fn main() {
     {
         eprintln!("scale: waiters: {error}");
     }
+    if only.is_empty() || only == "waiters" || only == "fair" {
+        println!(
+            "\nfair waiting: clients (one Redlock each) taking one fair name in turn, {FAIR_SECS} s each"
+        );
+        for clients in [2, 8, FAIR_CLIENTS] {
+            if let Err(error) = runtime.block_on(fair(&cluster, &urls, clients)) {
+                eprintln!("scale: fair with {clients} clients: {error}");
+            }
+        }
+    }
 }
 
 fn env(name: &str, default: f64) -> f64 {
@@ -88,6 +105,18 @@ fn held_name(i: usize) -> String {
 
 /// Takes the locks `held.len()..target` with `TASKS` tasks, or releases down to `target`.
 async fn resize(redlock: &Redlock, held: &mut Vec<Lock>, target: usize) -> Res<()> {
+    resize_with(redlock, held, target, Some(HOLD)).await
+}
+
+/// As `resize`, with handles whose expiry is set to `expiry` (one setter call on each, which
+/// gives each handle its own copy of the settings), or left at the default when `None` (the
+/// handles share the defaults; an unlock that finds the 8 s lock expired counts as released).
+async fn resize_with(
+    redlock: &Redlock,
+    held: &mut Vec<Lock>,
+    target: usize,
+    expiry: Option<Duration>,
+) -> Res<()> {
     if target < held.len() {
         let extra = held.split_off(target);
         let chunks: Vec<Vec<Lock>> = {
@@ -102,7 +131,10 @@ async fn resize(redlock: &Redlock, held: &mut Vec<Lock>, target: usize) -> Res<(
             .map(|chunk| {
                 tokio::spawn(async move {
                     for lock in chunk {
-                        lock.unlock().await.map_err(|e| e.to_string())?;
+                        match lock.unlock().await {
+                            Err(redmutex::Error::Expired) if expiry.is_none() => {}
+                            other => other.map_err(|e| e.to_string())?,
+                        }
                     }
                     Ok::<_, String>(())
                 })
@@ -120,12 +152,11 @@ async fn resize(redlock: &Redlock, held: &mut Vec<Lock>, target: usize) -> Res<(
             tokio::spawn(async move {
                 let mut got = Vec::new();
                 for i in (from + task..target).step_by(TASKS) {
-                    let lock = redlock
-                        .new_mutex(held_name(i))
-                        .with_expiry(HOLD)
-                        .lock()
-                        .await
-                        .map_err(|e| format!("lock {i}: {e}"))?;
+                    let mut mutex = redlock.new_mutex(held_name(i));
+                    if let Some(expiry) = expiry {
+                        mutex = mutex.with_expiry(expiry);
+                    }
+                    let lock = mutex.lock().await.map_err(|e| format!("lock {i}: {e}"))?;
                     got.push((i, lock));
                 }
                 Ok::<_, String>(got)
@@ -155,37 +186,43 @@ async fn names(cluster: &testenv::Cluster, urls: &[String], secs: f64, rounds: u
     resize(&redlock, &mut held, 10_000).await?;
     resize(&redlock, &mut held, 0).await?;
 
-    // Client memory per held lock, from none held.
+    // Client memory per held lock, from none held: handles on the default settings (which share
+    // one copy of them), and handles with a setter called on each (which copy them).
     println!("\nclient memory per held lock (live heap bytes after taking N locks minus before)");
-    for n in [1_000, 10_000] {
-        let (before, blocks) = (live_bytes(), live_blocks());
-        let mut locks = Vec::with_capacity(n);
-        resize(&redlock, &mut locks, n).await?;
-        let grown = live_bytes() - before;
-        let grown_blocks = live_blocks() - blocks;
-        println!(
-            "  N = {n:>6}: {:>6.0} bytes and {:.2} heap blocks per lock (a Lock itself is {} bytes)",
-            grown as f64 / n as f64,
-            grown_blocks as f64 / n as f64,
-            std::mem::size_of::<Lock>()
-        );
-        resize(&redlock, &mut locks, 0).await?;
+    for (label, expiry) in [("default settings", None), ("with_expiry each", Some(HOLD))] {
+        println!("  {label}:");
+        for n in LEVELS {
+            let (before, blocks) = (live_bytes(), live_blocks());
+            let mut locks = Vec::with_capacity(n);
+            resize_with(&redlock, &mut locks, n, expiry).await?;
+            let grown = live_bytes() - before;
+            let grown_blocks = live_blocks() - blocks;
+            println!(
+                "    N = {n:>6}: {:>6.0} bytes and {:.2} heap blocks per lock (a Lock itself is {} bytes)",
+                grown as f64 / n as f64,
+                grown_blocks as f64 / n as f64,
+                std::mem::size_of::<Lock>()
+            );
+            resize_with(&redlock, &mut locks, 0, expiry).await?;
+        }
         // What the handle a lock is taken from costs alone (no I/O): the part of a held lock that
-        // copies the name and settings.
+        // holds the name and settings.
+        let n = 10_000;
         let (before, blocks) = (live_bytes(), live_blocks());
-        let mutexes: Vec<_> = (0..n).map(|i| redlock.new_mutex(held_name(i))).collect();
+        let mutexes: Vec<_> = (0..n)
+            .map(|i| {
+                let mutex = redlock.new_mutex(held_name(i));
+                match expiry {
+                    Some(expiry) => mutex.with_expiry(expiry),
+                    None => mutex,
+                }
+            })
+            .collect();
         println!(
-            "            a Mutex handle alone: {:>6.0} bytes and {:.2} heap blocks each",
+            "    a Mutex handle alone ({n}): {:>6.0} bytes and {:.2} heap blocks each (a Mutex itself is {} bytes)",
             (live_bytes() - before) as f64 / n as f64,
-            (live_blocks() - blocks) as f64 / n as f64
-        );
-        drop(mutexes);
-        let (before, blocks) = (live_bytes(), live_blocks());
-        let mutexes: Vec<_> = (0..n).map(|_| redlock.new_mutex("x")).collect();
-        println!(
-            "            one named `x`:        {:>6.0} bytes and {:.2} heap blocks each",
-            (live_bytes() - before) as f64 / n as f64,
-            (live_blocks() - blocks) as f64 / n as f64
+            (live_blocks() - blocks) as f64 / n as f64,
+            std::mem::size_of::<redmutex::Mutex>()
         );
         drop(mutexes);
     }
@@ -503,6 +540,7 @@ async fn handoffs(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = commandstats(&mut probes)?;
     let mut times = Vec::with_capacity(names);
     for (lock, rx) in held.into_iter().zip(done) {
         let start = Instant::now();
@@ -513,7 +551,120 @@ async fn handoffs(
             .map_err(|e| e.to_string())??;
         times.push(at.saturating_duration_since(start).as_nanos() as u64);
     }
-    Ok((times, Instant::now()))
+    let last = Instant::now();
+    if report {
+        let during = commandstats(&mut probes)?.since(&before);
+        println!(
+            "  commands on the nodes while the {names} names were handed off one at a time \
+             (INFO commandstats, the probe's own left out):"
+        );
+        during.print(names, false);
+    }
+    Ok((times, last))
+}
+
+/// Calls per command, summed over the nodes (`INFO commandstats`), without the probe's own.
+struct Commands {
+    calls: std::collections::BTreeMap<String, i64>,
+}
+
+/// What the library's scripts run inside EVALSHA or EVAL, which `INFO commandstats` counts too
+/// (the list and the rule of `benches/support/handoff.rs`, whose `Counts` says why).
+const IN_SCRIPTS: [&str; 11] = [
+    "get",
+    "del",
+    "publish",
+    "pexpire",
+    "pexpireat",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zscore",
+    "time",
+];
+
+impl Commands {
+    fn since(&self, before: &Commands) -> Commands {
+        let calls = self
+            .calls
+            .iter()
+            .map(|(name, n)| {
+                (
+                    name.clone(),
+                    n - before.calls.get(name).copied().unwrap_or(0),
+                )
+            })
+            .filter(|(_, n)| *n != 0)
+            .collect();
+        Commands { calls }
+    }
+
+    /// Per acquisition: the commands clients sent to all nodes (as the compare bench's hand-off
+    /// rows count them), per node, and every command the nodes ran (sent and inside scripts).
+    fn print(&self, acquisitions: usize, fair: bool) {
+        let get = |name: &str| self.calls.get(name).copied().unwrap_or(0);
+        // A fair mutex's scripts run one EXISTS each; any EXISTS beyond that is a plain entry's,
+        // sent with its SET.
+        let entries = if fair {
+            (get("exists") - get("evalsha") - get("eval")).max(0)
+        } else {
+            0
+        };
+        let (mut sent, mut all) = (0, 0);
+        for (name, n) in &self.calls {
+            let inside = match name.as_str() {
+                "set" | "exists" if fair => n - entries,
+                name if IN_SCRIPTS.contains(&name) => *n,
+                _ => 0,
+            };
+            sent += n - inside;
+            all += n;
+        }
+        let per = |n: i64| n as f64 / acquisitions as f64;
+        let by: Vec<String> = self
+            .calls
+            .iter()
+            .map(|(name, n)| format!("{name} {:.2}", per(*n)))
+            .collect();
+        println!(
+            "    per acquisition ({acquisitions}): sent {:.2} to all nodes ({:.2} per node), \
+             all run {:.2}; by name (all nodes): {}",
+            per(sent),
+            per(sent) / NODES as f64,
+            per(all),
+            by.join(", ")
+        );
+    }
+}
+
+fn commandstats(probes: &mut [redis::Connection]) -> Res<Commands> {
+    let mut calls = std::collections::BTreeMap::new();
+    for probe in probes.iter_mut() {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(probe)
+            .map_err(|e| e.to_string())?;
+        for line in info.lines() {
+            let Some((name, rest)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            // The probe's own: INFO, and PUBSUB for the subscription counts.
+            if name == "info" || name.starts_with("pubsub") {
+                continue;
+            }
+            let n = rest
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|v| v.parse::<i64>().ok())
+                .ok_or("no calls= in commandstats")?;
+            *calls.entry(name.to_owned()).or_insert(0) += n;
+        }
+    }
+    Ok(Commands { calls })
 }
 
 async fn waiters(cluster: &testenv::Cluster, urls: &[String]) -> Res<()> {
@@ -572,4 +723,167 @@ async fn waiters(cluster: &testenv::Cluster, urls: &[String]) -> Res<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
+}
+
+/// `clients` clients, each its own `Redlock` (its own connections and listeners), take the fair
+/// name in turn for `FAIR_SECS`: each takes it, lets go at once, and queues again. The hand-off is
+/// from the holder's unlock starting to the next holder's `lock()` returning; with every other
+/// client in line, every acquisition is one.
+async fn fair(cluster: &testenv::Cluster, urls: &[String], clients: usize) -> Res<()> {
+    const NAME: &str = "bench:scale:fair";
+    let mut redlocks = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        redlocks.push(Redlock::connect(urls).await.map_err(|e| e.to_string())?);
+    }
+    let mutex = |redlock: &Redlock| {
+        redlock
+            .new_mutex(NAME)
+            .with_fair(true)
+            .with_tries(u32::MAX)
+            .with_expiry(Duration::from_secs(8))
+    };
+    let mut probes: Vec<redis::Connection> =
+        cluster.nodes().iter().map(|n| n.connection()).collect();
+    // When the current holder began to let go (None: nobody has yet, or the hand-off was counted).
+    let unlocking: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let handoffs: Arc<std::sync::Mutex<Vec<u64>>> = Arc::default();
+    let acquisitions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The first client holds while the others join the line, so that every acquisition measured
+    // is a hand-off.
+    let first = mutex(&redlocks[0])
+        .lock()
+        .await
+        .map_err(|e| e.to_string())?;
+    let tasks: Vec<_> = redlocks
+        .iter()
+        .enumerate()
+        .map(|(i, redlock)| {
+            let mutex = mutex(redlock);
+            let (unlocking, handoffs) = (Arc::clone(&unlocking), Arc::clone(&handoffs));
+            let (acquisitions, measuring, stop) = (
+                Arc::clone(&acquisitions),
+                Arc::clone(&measuring),
+                Arc::clone(&stop),
+            );
+            tokio::spawn(async move {
+                if i == 0 {
+                    // Client 0 already holds; it queues again after handing over below.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let lock = mutex.lock().await.map_err(|e| format!("client {i}: {e}"))?;
+                    let at = Instant::now();
+                    if let Some(start) = unlocking.lock().map_err(|e| e.to_string())?.take()
+                        && measuring.load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        handoffs
+                            .lock()
+                            .map_err(|e| e.to_string())?
+                            .push(at.saturating_duration_since(start).as_nanos() as u64);
+                        acquisitions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    *unlocking.lock().map_err(|e| e.to_string())? = Some(Instant::now());
+                    lock.unlock()
+                        .await
+                        .map_err(|e| format!("client {i}: {e}"))?;
+                }
+                Ok::<_, String>(())
+            })
+        })
+        .collect();
+    // Every other client is in line once each node has its subscription.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let subs = loop {
+        let subs = subscriptions(&mut probes)?;
+        if subs
+            .iter()
+            .all(|(_, subscribers, _)| *subscribers >= clients as i64 - 1)
+            || Instant::now() > deadline
+        {
+            break subs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    *unlocking.lock().map_err(|e| e.to_string())? = Some(Instant::now());
+    first.unlock().await.map_err(|e| e.to_string())?;
+    // Half a second of warm-up, then the window.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = commandstats(&mut probes)?;
+    let (client_cpu, node_cpu) = (process_cpu_secs()?, nodes_cpu_secs(&mut probes)?);
+    let start = Instant::now();
+    measuring.store(true, std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(FAIR_SECS)).await;
+    measuring.store(false, std::sync::atomic::Ordering::Relaxed);
+    let window = start.elapsed().as_secs_f64();
+    let client_cpu = process_cpu_secs()? - client_cpu;
+    let node_cpu = nodes_cpu_secs(&mut probes)? - node_cpu;
+    let during = commandstats(&mut probes)?.since(&before);
+    let acquired = acquisitions.load(std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .map_err(|_| "a client did not stop in 30 s".to_string())?
+            .map_err(|e| e.to_string())??;
+    }
+    let mut times = std::mem::take(&mut *handoffs.lock().map_err(|e| e.to_string())?);
+    times.sort_unstable();
+    if times.is_empty() {
+        return Err("no hand-off measured".into());
+    }
+    let p = |q: f64| {
+        let rank = ((q * times.len() as f64).ceil() as usize).clamp(1, times.len());
+        times[rank - 1] as f64 / 1e6
+    };
+    println!(
+        "  {clients:>2} clients: {acquired} acquisitions ({:.0}/s), hand-off p50 {:.3} ms  p99 {:.3} ms",
+        acquired as f64 / window,
+        p(0.5),
+        p(0.99)
+    );
+    println!(
+        "    CPU per acquisition: this process (all {clients} clients) {:.3} ms, the nodes {:.3} ms \
+         (all 5, user + sys)",
+        client_cpu * 1e3 / acquired.max(1) as f64,
+        node_cpu * 1e3 / acquired.max(1) as f64
+    );
+    println!("    while in line, per node (channels, subscribers, patterns): {subs:?}");
+    during.print(acquired.max(1), true);
+    Ok(())
+}
+
+/// User + system CPU seconds of this process so far (`/proc/self/stat`, in clock ticks of 10 ms).
+fn process_cpu_secs() -> Res<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").map_err(|e| e.to_string())?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').ok_or("unreadable /proc/self/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => Ok((user + system) / 100.0),
+        _ => Err("no utime/stime in /proc/self/stat".into()),
+    }
+}
+
+/// The nodes' user + system CPU seconds so far (`INFO cpu`), summed.
+fn nodes_cpu_secs(probes: &mut [redis::Connection]) -> Res<f64> {
+    let mut sum = 0.0;
+    for probe in probes.iter_mut() {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query(probe)
+            .map_err(|e| e.to_string())?;
+        for key in ["used_cpu_user:", "used_cpu_sys:"] {
+            sum += info
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .ok_or("no used_cpu in INFO cpu")?;
+        }
+    }
+    Ok(sum)
 }

@@ -167,8 +167,18 @@ impl Plan {
 }
 
 impl Settings {
-    /// Checks every rule, so that nothing invalid ever reaches a node.
+    /// Checks every rule, so that nothing invalid ever reaches a node: those of what the lock
+    /// covers first, then those of the settings alone. (A `Resource` keeps the two halves
+    /// apart.)
+    #[cfg(test)]
     pub(crate) fn plan(&self, target: &dyn Target) -> Result<Plan, Error> {
+        self.check_target(target)?;
+        self.plan_alone()
+    }
+
+    /// The rules that depend on what the lock covers (`plan`'s first half). Kept apart so that
+    /// handles over different names can share one checked copy of the settings.
+    pub(crate) fn check_target(&self, target: &dyn Target) -> Result<(), Error> {
         target.check()?;
         if self.fencing {
             target.check_fencing()?;
@@ -182,6 +192,11 @@ impl Settings {
                 "fair waiting is for a mutex over one name only",
             ));
         }
+        Ok(())
+    }
+
+    /// The rules of the settings alone, and what they turn into (`plan`'s second half).
+    pub(crate) fn plan_alone(&self) -> Result<Plan, Error> {
         if self.expiry < Duration::from_millis(1) || self.expiry > MAX_EXPIRY {
             return Err(Error::config(
                 "expiry",
@@ -230,6 +245,50 @@ impl Settings {
         })
     }
 
+    /// Whether `other` holds the same plain values, so that one checked copy can serve both.
+    /// Settings with a function of the caller's (a value or delay function) are never the same,
+    /// so that no cache of settings keeps a caller's closure alive.
+    pub(crate) fn same_plain(&self, other: &Settings) -> bool {
+        // Destructured, so that a field added to `Settings` cannot be left out of the comparison
+        // (two handles that differ in it would then share one copy): the build fails instead.
+        let Settings {
+            expiry,
+            tries,
+            retry_delay,
+            drift_factor,
+            timeout_factor,
+            fail_fast,
+            shuffle_nodes,
+            fencing,
+            wake_on_release,
+            fair,
+            replica_acks,
+            value_fn,
+            metrics_label,
+        } = self;
+        let plain_delay = |delay: &RetryDelay| match delay {
+            RetryDelay::Random { min, max } => Some((0, *min, *max)),
+            RetryDelay::Fixed(delay) => Some((1, *delay, *delay)),
+            RetryDelay::Custom(_) => None,
+        };
+        let delay = plain_delay(retry_delay);
+        value_fn.is_none()
+            && other.value_fn.is_none()
+            && delay.is_some()
+            && delay == plain_delay(&other.retry_delay)
+            && *expiry == other.expiry
+            && *tries == other.tries
+            && drift_factor.to_bits() == other.drift_factor.to_bits()
+            && timeout_factor.to_bits() == other.timeout_factor.to_bits()
+            && *fail_fast == other.fail_fast
+            && *shuffle_nodes == other.shuffle_nodes
+            && *fencing == other.fencing
+            && *wake_on_release == other.wake_on_release
+            && *fair == other.fair
+            && *replica_acks == other.replica_acks
+            && *metrics_label == other.metrics_label
+    }
+
     /// A value for a new acquisition.
     pub(crate) fn new_value(&self) -> Result<Arc<str>, Error> {
         match &self.value_fn {
@@ -252,6 +311,39 @@ mod tests {
 
     fn target(name: &str) -> OneName {
         OneName::new(name)
+    }
+
+    /// Each field on its own keeps two settings from sharing one copy.
+    #[test]
+    fn settings_differing_in_any_one_field_are_not_the_same() {
+        type Change = (&'static str, fn(&mut Settings));
+        let changes: [Change; 13] = [
+            ("expiry", |s| s.expiry += Duration::from_millis(1)),
+            ("tries", |s| s.tries += 1),
+            ("retry_delay", |s| {
+                s.retry_delay = RetryDelay::Fixed(Duration::from_millis(7))
+            }),
+            ("drift_factor", |s| s.drift_factor /= 2.0),
+            ("timeout_factor", |s| s.timeout_factor /= 2.0),
+            ("fail_fast", |s| s.fail_fast = !s.fail_fast),
+            ("shuffle_nodes", |s| s.shuffle_nodes = !s.shuffle_nodes),
+            ("fencing", |s| s.fencing = !s.fencing),
+            ("wake_on_release", |s| {
+                s.wake_on_release = !s.wake_on_release
+            }),
+            ("fair", |s| s.fair = !s.fair),
+            ("replica_acks", |s| s.replica_acks += 1),
+            ("value_fn", |s| s.value_fn = Some(Arc::new(|| "v".into()))),
+            ("metrics_label", |s| s.metrics_label = Some("checkout")),
+        ];
+        let defaults = Settings::default();
+        assert!(defaults.same_plain(&Settings::default()));
+        for (field, change) in changes {
+            let mut changed = Settings::default();
+            change(&mut changed);
+            assert!(!changed.same_plain(&defaults), "{field}");
+            assert!(!defaults.same_plain(&changed), "{field}");
+        }
     }
 
     fn field(result: Result<Plan, Error>) -> String {

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use crate::engine::quorum::quorum;
 use crate::nodes::connection::NodeConnection;
 use crate::nodes::listener;
-use crate::waiting::hub::{Hub, LINGER, State};
+use crate::waiting::hub::{Hub, SWEEP_EVERY, State};
 
 /// The listeners of a client: started on first use, because most clients never need them.
 pub(crate) struct Listeners {
@@ -60,7 +60,7 @@ impl Listeners {
             });
             for (node, (client, commands)) in self.clients.iter().zip(receivers).enumerate() {
                 let sink = Arc::downgrade(&hub);
-                listener::spawn(&runtime, node, client.clone(), sink, commands, LINGER);
+                listener::spawn(&runtime, node, client.clone(), sink, commands, SWEEP_EVERY);
             }
             hub
         };

@@ -58,8 +58,9 @@ pub(crate) fn legacy_counter_key(name: &str) -> String {
 pub(crate) struct MutexTarget {
     name: [Arc<str>; 1],
     /// The fair line's keys beside the name, made on first use: every fair round and release
-    /// names them.
-    line: OnceLock<LineKeys>,
+    /// names them. Boxed, so that a target never used fairly (most of those a client holds at
+    /// once) keeps one pointer for them rather than three empty strings.
+    line: OnceLock<Box<LineKeys>>,
     /// The channel its releases publish on, on a cluster.
     channels: Channels,
 }
@@ -75,7 +76,8 @@ impl MutexTarget {
 
     /// The keys of the name's fair line.
     fn line_keys(&self) -> &LineKeys {
-        self.line.get_or_init(|| LineKeys::new(&self.name[0]))
+        self.line
+            .get_or_init(|| Box::new(LineKeys::new(&self.name[0])))
     }
 
     /// The command and channel of the name's notices on `member`, where it needs them (see
