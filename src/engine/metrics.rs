@@ -110,28 +110,81 @@ pub(crate) fn attempt<T>(labels: &Labels, outcome: &Result<T, Error>) {
     let _ = (labels, outcome);
 }
 
-/// A `lock()`, `read()` or `acquire()` call that began at `started` returned
+/// A `lock()`, `read()` or `acquire()` call, timed from its start until it returns, or until it
+/// is dropped before it returns (outcome `cancelled`: a caller's own timeout around the call,
+/// say, whose waits would otherwise be missing from the histogram, and the longest ones at that)
 /// (`redmutex_acquire_seconds`).
-#[inline]
-pub(crate) fn acquired<T>(labels: &Labels, started: Instant, outcome: &Result<T, Error>) {
+pub(crate) struct Acquiring {
     #[cfg(feature = "metrics")]
-    {
-        let index = outcome_index(outcome);
-        let kept = kept::primitive(labels);
+    labels: Labels,
+    #[cfg(feature = "metrics")]
+    started: Instant,
+    #[cfg(feature = "metrics")]
+    returned: bool,
+}
+
+/// `Acquiring`'s outcome for a call dropped before it returned, after `outcome_index`'s.
+#[cfg(feature = "metrics")]
+const CANCELLED: usize = 5;
+
+impl Acquiring {
+    #[inline]
+    pub(crate) fn start(labels: &Labels) -> Acquiring {
+        #[cfg(feature = "metrics")]
+        {
+            Acquiring {
+                labels: *labels,
+                started: Instant::now(),
+                returned: false,
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = labels;
+            Acquiring {}
+        }
+    }
+
+    /// The call returns `outcome`.
+    #[inline]
+    pub(crate) fn returned<T>(self, outcome: &Result<T, Error>) {
+        #[cfg(feature = "metrics")]
+        {
+            let mut this = self;
+            this.returned = true;
+            this.record(outcome_index(outcome));
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self, outcome);
+    }
+
+    #[cfg(feature = "metrics")]
+    fn record(&self, index: usize) {
+        let labels = &self.labels;
         kept::histogram(
-            kept.map(|series| &series.acquire_seconds[index]),
+            kept::primitive(labels).map(|series| &series.acquire_seconds[index]),
             || {
-                let outcome = outcome_label(index, "acquired");
+                let outcome = match index {
+                    CANCELLED => "cancelled",
+                    index => outcome_label(index, "acquired"),
+                };
                 metrics::histogram!(
                     "redmutex_acquire_seconds",
                     labels.with("outcome", outcome).pairs()
                 )
             },
-            |histogram| histogram.record(started.elapsed()),
+            |histogram| histogram.record(self.started.elapsed()),
         );
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (labels, started, outcome);
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Acquiring {
+    fn drop(&mut self) {
+        if !self.returned {
+            self.record(CANCELLED);
+        }
+    }
 }
 
 /// How a call that waited got its lock (`redmutex_handoffs_total`).
@@ -560,7 +613,8 @@ mod kept {
         labels: Labels,
         /// By outcome: acquired, then `FAILURES`.
         pub attempts: [OnceLock<Counter>; 5],
-        pub acquire_seconds: [OnceLock<Histogram>; 5],
+        /// The same, then cancelled.
+        pub acquire_seconds: [OnceLock<Histogram>; 6],
         /// By outcome: ok, then `FAILURES`.
         pub extensions: [OnceLock<Counter>; 5],
         /// By `End`.

@@ -127,6 +127,10 @@ async fn a_scripted_sequence_records_every_series() {
     let held = quick("metrics:b").lock().await.expect("free lock");
     let taken = quick("metrics:b").try_lock().await;
     assert!(matches!(taken, Err(Error::Taken { .. })), "{taken:?}");
+    // A call its caller gave up on: dropped while it waits out its retry delay.
+    let patient = quick("metrics:b").with_retry_delay(Duration::from_secs(60));
+    let given_up = tokio::time::timeout(Duration::from_millis(300), patient.lock()).await;
+    assert!(given_up.is_err(), "{given_up:?}");
     held.unlock().await.expect("unlock");
 
     // A keep-alive whose lock another owner's value replaced on every node: lost, taken.
@@ -291,6 +295,11 @@ async fn a_scripted_sequence_records_every_series() {
         assert!(!waited.is_empty(), "an acquire {outcome}");
         assert!(waited.iter().all(|s| (0.0..30.0).contains(s)), "{waited:?}");
     }
+    let given_up = recorded.histogram(
+        "redmutex_acquire_seconds",
+        &[mutex, ("outcome", "cancelled"), checkout],
+    );
+    assert_eq!(given_up.len(), 1, "the call given up on: {given_up:?}");
     for primitive in ["multi", "read", "write", "semaphore"] {
         assert!(
             recorded.counter(
