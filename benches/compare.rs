@@ -70,7 +70,8 @@
 //! polling or woken, in 1 client or 8; the fair rows and those of 8 clients with 8 tasks each run
 //! only when `BENCH_ONLY` selects them (e.g. `BENCH_ONLY='handoff'` runs all of them).
 //!
-//! Two more sections run only when `BENCH_ONLY` selects them:
+//! Two more sections run only when `BENCH_ONLY` selects them and a word of it names the section
+//! (`zones...`, `nodes...`), since their labels end with a main table row's:
 //!
 //! - **Zones** (`BENCH_ONLY=zones`, or e.g. `'zones-mixed,current'`): the 5 nodes behind delay
 //!   proxies (`benches/support/zones.rs`: a fixed one-way delay per node, threads and precise
@@ -1846,9 +1847,10 @@ struct ZoneRun {
     phases: Vec<(String, Result<[f64; 3], String>)>,
 }
 
-/// Whether `BENCH_ONLY` selects any zone row.
+/// Whether `BENCH_ONLY` selects any zone row, and names the section: a zone row's label ends
+/// with a main table row's, so `current,uncontended-32,default` alone would select both.
 fn zones_selected(config: &Config) -> bool {
-    !config.only.is_empty()
+    config.only.iter().any(|word| word.contains("zones"))
         && ZONES.iter().any(|(zones, _)| {
             Flavor::ALL.iter().any(|flavor| {
                 ZONE_WORKLOADS.iter().any(|workload| {
@@ -2242,8 +2244,9 @@ fn node_label(nodes: usize, flavor: Flavor, workload: Workload, who: Who) -> Str
     )
 }
 
+/// Whether `BENCH_ONLY` selects any node-count row, and names the section (as `zones_selected`).
 fn nodes_selected(config: &Config) -> bool {
-    !config.only.is_empty()
+    config.only.iter().any(|word| word.contains("nodes"))
         && NODE_COUNTS.iter().any(|&n| {
             Flavor::ALL.iter().any(|&flavor| {
                 NODE_WORKLOADS.iter().any(|&workload| {

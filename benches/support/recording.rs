@@ -1,7 +1,12 @@
 //! The recorder of the **redmutex metrics** contender (built with `--features metrics`): a
 //! Prometheus recorder, installed for the whole process once and switched on for that
-//! contender's rounds only, so that every other row records nothing, as without a recorder. A
-//! thread renders it every 5 s, as a scraper would make it.
+//! contender's rounds only, so that every other row records nothing. A thread renders it every
+//! 5 s, as a scraper would make it.
+//!
+//! The switch is in the handles, not in registering them: redmutex keeps the handles it
+//! registered with the global recorder, so a handle registered during another row's round must
+//! still record in this contender's rounds. Switched off, a recording still finds its kept
+//! handle and stops there.
 
 /// Whether the rounds that follow record (into Prometheus) or not (the facade's no-op).
 pub fn record(on: bool) {
@@ -13,12 +18,13 @@ pub fn record(on: bool) {
 
 #[cfg(feature = "metrics")]
 mod switched {
-    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, OnceLock};
     use std::time::Duration;
 
     use metrics::{
-        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+        Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata,
+        Recorder, SharedString, Unit,
     };
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
@@ -67,26 +73,65 @@ mod switched {
         }
 
         fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-            if ON.load(Ordering::Relaxed) {
-                self.inner.register_counter(key, metadata)
-            } else {
-                Counter::noop()
-            }
+            Counter::from_arc(Arc::new(Switch(self.inner.register_counter(key, metadata))))
         }
 
         fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-            if ON.load(Ordering::Relaxed) {
-                self.inner.register_gauge(key, metadata)
-            } else {
-                Gauge::noop()
-            }
+            Gauge::from_arc(Arc::new(Switch(self.inner.register_gauge(key, metadata))))
         }
 
         fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-            if ON.load(Ordering::Relaxed) {
-                self.inner.register_histogram(key, metadata)
-            } else {
-                Histogram::noop()
+            Histogram::from_arc(Arc::new(Switch(
+                self.inner.register_histogram(key, metadata),
+            )))
+        }
+    }
+
+    /// A Prometheus handle that records only while the switch is on.
+    struct Switch<H>(H);
+
+    fn on() -> bool {
+        ON.load(Ordering::Relaxed)
+    }
+
+    impl CounterFn for Switch<Counter> {
+        fn increment(&self, value: u64) {
+            if on() {
+                self.0.increment(value);
+            }
+        }
+
+        fn absolute(&self, value: u64) {
+            if on() {
+                self.0.absolute(value);
+            }
+        }
+    }
+
+    impl GaugeFn for Switch<Gauge> {
+        fn increment(&self, value: f64) {
+            if on() {
+                self.0.increment(value);
+            }
+        }
+
+        fn decrement(&self, value: f64) {
+            if on() {
+                self.0.decrement(value);
+            }
+        }
+
+        fn set(&self, value: f64) {
+            if on() {
+                self.0.set(value);
+            }
+        }
+    }
+
+    impl HistogramFn for Switch<Histogram> {
+        fn record(&self, value: f64) {
+            if on() {
+                self.0.record(value);
             }
         }
     }

@@ -64,15 +64,27 @@ impl LabelSet {
     }
 }
 
-/// The outcome label of a failed attempt, acquire or extend.
+/// The outcome labels of an attempt, acquire or extend: what succeeded is `acquired` (or `ok`, an
+/// extend), then the failures.
 #[cfg(feature = "metrics")]
-fn error_outcome(error: &Error) -> &'static str {
-    match error {
-        Error::Taken { .. } => "taken",
-        Error::NoQuorum { .. } => "no_quorum",
-        Error::Expired => "expired",
-        _ => "error",
+const FAILURES: [&str; 4] = ["taken", "no_quorum", "expired", "error"];
+
+/// `outcome`'s place: 0 for success, then [`FAILURES`]'s order plus one.
+#[cfg(feature = "metrics")]
+fn outcome_index<T>(outcome: &Result<T, Error>) -> usize {
+    match outcome {
+        Ok(_) => 0,
+        Err(Error::Taken { .. }) => 1,
+        Err(Error::NoQuorum { .. }) => 2,
+        Err(Error::Expired) => 3,
+        Err(_) => 4,
     }
+}
+
+/// The label of the outcome at `index`, with `ok` the success's.
+#[cfg(feature = "metrics")]
+fn outcome_label(index: usize, ok: &'static str) -> &'static str {
+    index.checked_sub(1).map_or(ok, |failure| FAILURES[failure])
 }
 
 /// One attempt to acquire ended (`redmutex_attempts_total`).
@@ -80,32 +92,99 @@ fn error_outcome(error: &Error) -> &'static str {
 pub(crate) fn attempt<T>(labels: &Labels, outcome: &Result<T, Error>) {
     #[cfg(feature = "metrics")]
     {
-        let outcome = outcome.as_ref().map_or_else(error_outcome, |_| "acquired");
-        metrics::counter!(
-            "redmutex_attempts_total",
-            labels.with("outcome", outcome).pairs()
-        )
-        .increment(1);
+        let index = outcome_index(outcome);
+        let kept = kept::primitive(labels);
+        kept::counter(
+            kept.map(|series| &series.attempts[index]),
+            || {
+                let outcome = outcome_label(index, "acquired");
+                metrics::counter!(
+                    "redmutex_attempts_total",
+                    labels.with("outcome", outcome).pairs()
+                )
+            },
+            |counter| counter.increment(1),
+        );
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, outcome);
 }
 
-/// A `lock()`, `read()` or `acquire()` call that began at `started` returned
+/// A `lock()`, `read()` or `acquire()` call, timed from its start until it returns, or until it
+/// is dropped before it returns (outcome `cancelled`: a caller's own timeout around the call,
+/// say, whose waits would otherwise be missing from the histogram, and the longest ones at that)
 /// (`redmutex_acquire_seconds`).
-#[inline]
-pub(crate) fn acquired<T>(labels: &Labels, started: Instant, outcome: &Result<T, Error>) {
+pub(crate) struct Acquiring {
     #[cfg(feature = "metrics")]
-    {
-        let outcome = outcome.as_ref().map_or_else(error_outcome, |_| "acquired");
-        metrics::histogram!(
-            "redmutex_acquire_seconds",
-            labels.with("outcome", outcome).pairs()
-        )
-        .record(started.elapsed());
+    labels: Labels,
+    #[cfg(feature = "metrics")]
+    started: Instant,
+    #[cfg(feature = "metrics")]
+    returned: bool,
+}
+
+/// `Acquiring`'s outcome for a call dropped before it returned, after `outcome_index`'s.
+#[cfg(feature = "metrics")]
+const CANCELLED: usize = 5;
+
+impl Acquiring {
+    #[inline]
+    pub(crate) fn start(labels: &Labels) -> Acquiring {
+        #[cfg(feature = "metrics")]
+        {
+            Acquiring {
+                labels: *labels,
+                started: Instant::now(),
+                returned: false,
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = labels;
+            Acquiring {}
+        }
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (labels, started, outcome);
+
+    /// The call returns `outcome`.
+    #[inline]
+    pub(crate) fn returned<T>(self, outcome: &Result<T, Error>) {
+        #[cfg(feature = "metrics")]
+        {
+            let mut this = self;
+            this.returned = true;
+            this.record(outcome_index(outcome));
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self, outcome);
+    }
+
+    #[cfg(feature = "metrics")]
+    fn record(&self, index: usize) {
+        let labels = &self.labels;
+        kept::histogram(
+            kept::primitive(labels).map(|series| &series.acquire_seconds[index]),
+            || {
+                let outcome = match index {
+                    CANCELLED => "cancelled",
+                    index => outcome_label(index, "acquired"),
+                };
+                metrics::histogram!(
+                    "redmutex_acquire_seconds",
+                    labels.with("outcome", outcome).pairs()
+                )
+            },
+            |histogram| histogram.record(self.started.elapsed()),
+        );
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Acquiring {
+    fn drop(&mut self) {
+        if !self.returned {
+            self.record(CANCELLED);
+        }
+    }
 }
 
 /// How a call that waited got its lock (`redmutex_handoffs_total`).
@@ -122,11 +201,15 @@ pub(crate) enum Handoff {
 pub(crate) fn handoff(mode: Handoff) {
     #[cfg(feature = "metrics")]
     {
-        let mode = match mode {
-            Handoff::Wake => "wake",
-            Handoff::Fair => "fair",
-        };
-        metrics::counter!("redmutex_handoffs_total", "mode" => mode).increment(1);
+        let kept = kept::global_is_current().then_some(&kept::HANDOFFS[mode as usize]);
+        kept::counter(
+            kept,
+            || match mode {
+                Handoff::Wake => metrics::counter!("redmutex_handoffs_total", "mode" => "wake"),
+                Handoff::Fair => metrics::counter!("redmutex_handoffs_total", "mode" => "fair"),
+            },
+            |counter| counter.increment(1),
+        );
     }
     #[cfg(not(feature = "metrics"))]
     let _ = mode;
@@ -144,7 +227,14 @@ impl Waiter {
     pub(crate) fn enter(labels: &Labels) -> Waiter {
         #[cfg(feature = "metrics")]
         {
-            let gauge = metrics::gauge!("redmutex_waiting", labels.alone().pairs());
+            let kept = kept::primitive(labels);
+            let register = || metrics::gauge!("redmutex_waiting", labels.alone().pairs());
+            // The handle the gauge went up by is the one it goes down by, whichever recorder is
+            // current when the call returns.
+            let gauge = match kept {
+                Some(series) => series.waiting.get_or_init(register).clone(),
+                None => register(),
+            };
             gauge.increment(1.0);
             Waiter { gauge }
         }
@@ -192,7 +282,11 @@ impl Hold {
     pub(crate) fn start(labels: &Labels) -> Hold {
         #[cfg(feature = "metrics")]
         {
-            metrics::gauge!("redmutex_held", labels.alone().pairs()).increment(1.0);
+            kept::gauge(
+                kept::primitive(labels).map(|series| &series.held),
+                || metrics::gauge!("redmutex_held", labels.alone().pairs()),
+                |gauge| gauge.increment(1.0),
+            );
             Hold {
                 labels: *labels,
                 started: Instant::now(),
@@ -216,15 +310,25 @@ impl Hold {
             }
             self.ended = true;
             let labels = &self.labels;
-            metrics::gauge!("redmutex_held", labels.alone().pairs()).decrement(1.0);
-            let end = match end {
-                End::Unlocked => "unlocked",
-                End::Expired => "expired",
-                End::Lost => "lost",
-                End::Dropped => "dropped",
-            };
-            metrics::histogram!("redmutex_held_seconds", labels.with("end", end).pairs())
-                .record(self.started.elapsed());
+            let kept = kept::primitive(labels);
+            kept::gauge(
+                kept.map(|series| &series.held),
+                || metrics::gauge!("redmutex_held", labels.alone().pairs()),
+                |gauge| gauge.decrement(1.0),
+            );
+            kept::histogram(
+                kept.map(|series| &series.held_seconds[end as usize]),
+                || {
+                    let end = match end {
+                        End::Unlocked => "unlocked",
+                        End::Expired => "expired",
+                        End::Lost => "lost",
+                        End::Dropped => "dropped",
+                    };
+                    metrics::histogram!("redmutex_held_seconds", labels.with("end", end).pairs())
+                },
+                |histogram| histogram.record(self.started.elapsed()),
+            );
             true
         }
         #[cfg(not(feature = "metrics"))]
@@ -267,16 +371,19 @@ pub(crate) fn lost(labels: &Labels, hold: &mut Hold, reason: Lost) {
         return;
     }
     #[cfg(feature = "metrics")]
-    {
-        let reason = match reason {
-            Lost::Expired => "expired",
-            Lost::Taken => "taken",
-            Lost::KeepAliveFailed => "keep_alive_failed",
-            Lost::KeepAliveTimedOut => "keep_alive_timed_out",
-        };
-        metrics::counter!("redmutex_lost_total", labels.with("reason", reason).pairs())
-            .increment(1);
-    }
+    kept::counter(
+        kept::primitive(labels).map(|series| &series.lost[reason as usize]),
+        || {
+            let reason = match reason {
+                Lost::Expired => "expired",
+                Lost::Taken => "taken",
+                Lost::KeepAliveFailed => "keep_alive_failed",
+                Lost::KeepAliveTimedOut => "keep_alive_timed_out",
+            };
+            metrics::counter!("redmutex_lost_total", labels.with("reason", reason).pairs())
+        },
+        |counter| counter.increment(1),
+    );
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, reason);
 }
@@ -286,20 +393,25 @@ pub(crate) fn lost(labels: &Labels, hold: &mut Hold, reason: Lost) {
 pub(crate) fn extension<T>(labels: &Labels, outcome: &Result<T, Error>) {
     #[cfg(feature = "metrics")]
     {
-        let outcome = outcome.as_ref().map_or_else(error_outcome, |_| "ok");
-        metrics::counter!(
-            "redmutex_extensions_total",
-            labels.with("outcome", outcome).pairs()
-        )
-        .increment(1);
+        let index = outcome_index(outcome);
+        kept::counter(
+            kept::primitive(labels).map(|series| &series.extensions[index]),
+            || {
+                let outcome = outcome_label(index, "ok");
+                metrics::counter!(
+                    "redmutex_extensions_total",
+                    labels.with("outcome", outcome).pairs()
+                )
+            },
+            |counter| counter.increment(1),
+        );
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, outcome);
 }
 
-/// A node series' handle. For the first 16 nodes its key is a `static` (the label values are
-/// literals), so recording builds no key: no label list to allocate, no hash to compute; a
-/// recording per node reply is most of what redmutex records.
+/// A node series' handle, registered with the current recorder. For the first 16 nodes its key
+/// is a `static` (the label values are literals): no label list to allocate, no hash to compute.
 #[cfg(feature = "metrics")]
 macro_rules! node_series {
     (requests, $node:expr, $outcome:literal) => {
@@ -331,13 +443,43 @@ macro_rules! node_series {
     };
 }
 
+/// How a node's request ended (`redmutex_node_requests_total`'s `outcome`), in
+/// `kept::NODE_REQUESTS`'s order.
+#[cfg(feature = "metrics")]
+#[derive(Clone, Copy)]
+enum NodeOutcome {
+    Ok,
+    Timeout,
+    Refused,
+    Error,
+}
+
+/// Counts one request of node `node` that ended as `outcome`.
+#[cfg(feature = "metrics")]
+fn node_request(node: usize, outcome: NodeOutcome, kept: bool) {
+    let cell = kept
+        .then(|| kept::NODE_REQUESTS.get(node))
+        .flatten()
+        .map(|outcomes| &outcomes[outcome as usize]);
+    kept::counter(
+        cell,
+        || match outcome {
+            NodeOutcome::Ok => node_series!(requests, node, "ok"),
+            NodeOutcome::Timeout => node_series!(requests, node, "timeout"),
+            NodeOutcome::Refused => node_series!(requests, node, "refused"),
+            NodeOutcome::Error => node_series!(requests, node, "error"),
+        },
+        |counter| counter.increment(1),
+    );
+}
+
 /// Node `node` answered a request sent at `started` (`redmutex_node_requests_total` and
 /// `redmutex_node_seconds`).
 #[inline]
 pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, started: Instant) {
     #[cfg(feature = "metrics")]
     {
-        let requests = match reply {
+        let outcome = match reply {
             // An answer, whatever it says of the lock: the node is healthy.
             Ok(_)
             | Err(
@@ -345,19 +487,18 @@ pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, start
                 | NodeErrorKind::Missing
                 | NodeErrorKind::InLine { .. }
                 | NodeErrorKind::LineAhead,
-            ) => node_series!(requests, node, "ok"),
-            Err(NodeErrorKind::Timeout(_)) => {
-                node_series!(requests, node, "timeout")
-            }
-            Err(kind) if kind.is_refusal() => {
-                node_series!(requests, node, "refused")
-            }
-            Err(_) => {
-                node_series!(requests, node, "error")
-            }
+            ) => NodeOutcome::Ok,
+            Err(NodeErrorKind::Timeout(_)) => NodeOutcome::Timeout,
+            Err(kind) if kind.is_refusal() => NodeOutcome::Refused,
+            Err(_) => NodeOutcome::Error,
         };
-        node_series!(seconds, node).record(started.elapsed());
-        requests.increment(1);
+        let kept = kept::global_is_current();
+        kept::histogram(
+            kept.then(|| kept::NODE_SECONDS.get(node)).flatten(),
+            || node_series!(seconds, node),
+            |histogram| histogram.record(started.elapsed()),
+        );
+        node_request(node, outcome, kept);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (node, reply, started);
@@ -368,9 +509,204 @@ pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, start
 #[inline]
 pub(crate) fn node_timed_out(node: usize) {
     #[cfg(feature = "metrics")]
-    node_series!(requests, node, "timeout").increment(1);
+    node_request(node, NodeOutcome::Timeout, kept::global_is_current());
     #[cfg(not(feature = "metrics"))]
     let _ = node;
+}
+
+/// Handles kept from one recording to the next, for the global recorder only.
+///
+/// Registering a series with a recorder (what `metrics::counter!` and its kin do on every call)
+/// looks its key up in the recorder's registry, which costs far more than the recording itself; a
+/// handle, once registered, records straight into its series. But a handle keeps recording into
+/// the recorder it was registered with, and the facade names no recorder: a test sets a local
+/// recorder for a while and drops it, and the next one may sit at the same address, so a handle
+/// kept for "the recorder at this address" could record into a dropped one. The global recorder
+/// is the one whose identity is safe: it is installed once, never dropped, never replaced, so
+/// nothing else can ever take its address. Handles are kept for it alone, and only once it is
+/// current: a primitive built before the application installs its recorder registers nothing
+/// early, and a local recorder (set on the thread, current instead of the global) gets its
+/// series registered at every recording, as without the cache.
+///
+/// The facade does not say which recorder is the global one, only which is current on this
+/// thread (a local one, else the global one). A thread that never set a local recorder sees the
+/// global one: the first time a recorder that could be the global one is current, a short-lived
+/// thread looks (`probe`), once per process for the global recorder, and once per thread and
+/// address for a local recorder while no global one is installed.
+#[cfg(feature = "metrics")]
+mod kept {
+    use std::cell::Cell;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use metrics::{Counter, Gauge, Histogram, Recorder};
+
+    use super::Labels;
+
+    /// The global recorder's address, once a probe found it installed (0 until then).
+    static GLOBAL: AtomicUsize = AtomicUsize::new(0);
+
+    thread_local! {
+        /// The last recorder current on this thread that a probe found not to be the global one,
+        /// so that a local recorder costs one probe, not one per recording.
+        static NOT_GLOBAL: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// The address of the recorder current on this thread, or `None` for a recorder of no size
+    /// (the facade's no-op recorder when none is installed): values of no size may share an
+    /// address, so it says nothing of which recorder it is.
+    fn current() -> Option<usize> {
+        metrics::with_recorder(|recorder: &dyn Recorder| {
+            let address = (recorder as *const dyn Recorder).cast::<()>() as usize;
+            (size_of_val(recorder) > 0).then_some(address)
+        })
+    }
+
+    /// Whether the recorder current on this thread is the global one.
+    #[inline]
+    pub(super) fn global_is_current() -> bool {
+        let Some(current) = current() else {
+            return false;
+        };
+        let global = GLOBAL.load(Ordering::Relaxed);
+        if global != 0 {
+            return current == global;
+        }
+        if NOT_GLOBAL.with(Cell::get) == current {
+            return false;
+        }
+        probe(current)
+    }
+
+    /// Asks a thread that has no local recorder which recorder it sees; keeps the answer if it is
+    /// the global one (which never changes once installed).
+    #[cold]
+    fn probe(current: usize) -> bool {
+        let global = std::thread::Builder::new()
+            .name("redmutex-metrics".into())
+            .spawn(self::current)
+            .ok()
+            .and_then(|probe| probe.join().ok())
+            .flatten();
+        if let Some(global) = global {
+            GLOBAL.store(global, Ordering::Relaxed);
+            if current == global {
+                return true;
+            }
+        }
+        // Not the global recorder, or none is installed yet (or no thread could start): asked
+        // again only for another recorder, such as the global one once installed.
+        NOT_GLOBAL.with(|cell| cell.set(current));
+        false
+    }
+
+    /// The series of one label set: `None` unless the global recorder is current.
+    #[inline]
+    pub(super) fn primitive(labels: &Labels) -> Option<&'static Primitive> {
+        global_is_current().then(|| Primitive::of(labels))
+    }
+
+    /// The handles of one primitive label set (kind and `use`), each registered on first use so
+    /// that a series appears only once something happened to it; label sets are few (a kind
+    /// times the static labels an application gives), and live as long as the global recorder.
+    pub(super) struct Primitive {
+        labels: Labels,
+        /// By outcome: acquired, then `FAILURES`.
+        pub attempts: [OnceLock<Counter>; 5],
+        /// The same, then cancelled.
+        pub acquire_seconds: [OnceLock<Histogram>; 6],
+        /// By outcome: ok, then `FAILURES`.
+        pub extensions: [OnceLock<Counter>; 5],
+        /// By `End`.
+        pub held_seconds: [OnceLock<Histogram>; 4],
+        /// By `Lost`.
+        pub lost: [OnceLock<Counter>; 4],
+        pub held: OnceLock<Gauge>,
+        pub waiting: OnceLock<Gauge>,
+        next: OnceLock<&'static Primitive>,
+    }
+
+    /// The first label set seen; each links the next (a list read without a lock, only ever
+    /// appended to).
+    static PRIMITIVES: OnceLock<&'static Primitive> = OnceLock::new();
+
+    impl Primitive {
+        fn of(labels: &Labels) -> &'static Primitive {
+            let mut link = &PRIMITIVES;
+            loop {
+                let series = link.get_or_init(|| Box::leak(Box::new(Primitive::new(*labels))));
+                if series.labels == *labels {
+                    return series;
+                }
+                link = &series.next;
+            }
+        }
+
+        fn new(labels: Labels) -> Primitive {
+            Primitive {
+                labels,
+                attempts: Default::default(),
+                acquire_seconds: Default::default(),
+                extensions: Default::default(),
+                held_seconds: Default::default(),
+                lost: Default::default(),
+                held: OnceLock::new(),
+                waiting: OnceLock::new(),
+                next: OnceLock::new(),
+            }
+        }
+    }
+
+    /// Nodes past the 16th are counted without a kept handle.
+    const NODES: usize = 16;
+
+    /// By node, then by `NodeOutcome`.
+    pub(super) static NODE_REQUESTS: [[OnceLock<Counter>; 4]; NODES] =
+        [const { [const { OnceLock::new() }; 4] }; NODES];
+    pub(super) static NODE_SECONDS: [OnceLock<Histogram>; NODES] =
+        [const { OnceLock::new() }; NODES];
+    /// By `Handoff`.
+    pub(super) static HANDOFFS: [OnceLock<Counter>; 2] = [const { OnceLock::new() }; 2];
+
+    /// Records through `kept`'s handle (registered by `register` the first time), or, without
+    /// one, through a handle `register` registers with the current recorder now.
+    #[inline]
+    pub(super) fn counter(
+        kept: Option<&OnceLock<Counter>>,
+        register: impl FnOnce() -> Counter,
+        record: impl FnOnce(&Counter),
+    ) {
+        match kept {
+            Some(cell) => record(cell.get_or_init(register)),
+            None => record(&register()),
+        }
+    }
+
+    /// [`counter`], for a gauge.
+    #[inline]
+    pub(super) fn gauge(
+        kept: Option<&OnceLock<Gauge>>,
+        register: impl FnOnce() -> Gauge,
+        record: impl FnOnce(&Gauge),
+    ) {
+        match kept {
+            Some(cell) => record(cell.get_or_init(register)),
+            None => record(&register()),
+        }
+    }
+
+    /// [`counter`], for a histogram.
+    #[inline]
+    pub(super) fn histogram(
+        kept: Option<&OnceLock<Histogram>>,
+        register: impl FnOnce() -> Histogram,
+        record: impl FnOnce(&Histogram),
+    ) {
+        match kept {
+            Some(cell) => record(cell.get_or_init(register)),
+            None => record(&register()),
+        }
+    }
 }
 
 #[cfg(all(test, feature = "metrics"))]
@@ -455,6 +791,65 @@ mod tests {
                 .find(|(name, _)| name == "redmutex_node_requests_total{node=0,outcome=ok}");
             assert_eq!(ok.map(|(_, value)| value), Some(&DebugValue::Counter(1)));
         }
+    }
+
+    /// Handles are kept for the global recorder alone: what is recorded before it is installed
+    /// registers nothing with it, what is recorded after goes into it, and a local recorder set
+    /// on the thread meanwhile gets its own series rather than the global one's kept handles.
+    /// The only test of this process that installs a global recorder; the others record into
+    /// local ones, which take precedence on their threads.
+    #[test]
+    fn kept_handles_record_into_the_global_recorder_only() {
+        let labels = Labels {
+            primitive: "semaphore",
+            use_label: Some("kept"),
+        };
+        let acquired = "redmutex_attempts_total{primitive=semaphore,outcome=acquired,use=kept}";
+        let timed_out = "redmutex_node_requests_total{node=15,outcome=timeout}";
+        let count = |series: &[(String, DebugValue)], name: &str| {
+            series.iter().find_map(|(n, value)| match value {
+                DebugValue::Counter(count) if n == name => Some(*count),
+                _ => None,
+            })
+        };
+        let record = || {
+            attempt(&labels, &Ok::<(), Error>(()));
+            node_timed_out(15);
+        };
+        // Before a global recorder: into no recorder, then into a local one.
+        record();
+        let before = recorded(record);
+        assert_eq!(count(&before, acquired), Some(1));
+
+        let global = DebuggingRecorder::new();
+        let snapshotter = global.snapshotter();
+        metrics::set_global_recorder(global).expect("no other test installs one");
+        record();
+        record();
+        let local = recorded(record);
+        record();
+        let after = recorded(record);
+        for series in [local, after] {
+            assert_eq!(count(&series, acquired), Some(1), "the local recorder's");
+            assert_eq!(count(&series, timed_out), Some(1), "the local recorder's");
+        }
+        let global: Vec<_> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let key = key.key();
+                let labels: Vec<String> = key
+                    .labels()
+                    .map(|label| format!("{}={}", label.key(), label.value()))
+                    .collect();
+                (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+            })
+            .collect();
+        assert_eq!(count(&global, acquired), Some(3), "the global recorder's");
+        // Other tests of this process may record node series into it too.
+        let timeouts = count(&global, timed_out);
+        assert!(timeouts >= Some(3), "the global recorder's: {timeouts:?}");
     }
 
     #[test]

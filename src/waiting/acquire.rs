@@ -25,9 +25,9 @@ pub(crate) async fn acquire(
     value: Arc<str>,
     tries: u32,
 ) -> Result<Held, Error> {
-    let called = Instant::now();
+    let call = metrics::Acquiring::start(&resource.labels());
     let acquired = attempts(resource, listeners, plan, value, tries).await;
-    metrics::acquired(&resource.labels(), called, &acquired);
+    call.returned(&acquired);
     acquired
 }
 

@@ -106,8 +106,8 @@ fn series(name: &str, labels: &[(&str, &str)]) -> Series {
 const EXPIRY: Duration = Duration::from_millis(900);
 
 /// The sequence on three nodes: an acquisition, an extension and an unlock; a `Taken`; a
-/// keep-alive whose lock is taken over; a drop without unlock; a fair hand-off; the other
-/// primitives once; and, last, a `NoQuorum` with two of the three nodes killed.
+/// keep-alive whose lock is taken over; a drop without unlock; a fair hand-off; a wake-up on
+/// release; the other primitives once; and, last, a `NoQuorum` with two of the three nodes killed.
 #[tokio::test]
 async fn a_scripted_sequence_records_every_series() {
     let recorder = DebuggingRecorder::new();
@@ -127,6 +127,10 @@ async fn a_scripted_sequence_records_every_series() {
     let held = quick("metrics:b").lock().await.expect("free lock");
     let taken = quick("metrics:b").try_lock().await;
     assert!(matches!(taken, Err(Error::Taken { .. })), "{taken:?}");
+    // A call its caller gave up on: dropped while it waits out its retry delay.
+    let patient = quick("metrics:b").with_retry_delay(Duration::from_secs(60));
+    let given_up = tokio::time::timeout(Duration::from_millis(300), patient.lock()).await;
+    assert!(given_up.is_err(), "{given_up:?}");
     held.unlock().await.expect("unlock");
 
     // A keep-alive whose lock another owner's value replaced on every node: lost, taken.
@@ -199,6 +203,38 @@ async fn a_scripted_sequence_records_every_series() {
     let handed = waiter.await.expect("no panic").expect("handed over");
     handed.unlock().await.expect("unlock");
 
+    // A wake-up: a waiter woken by the holder's release notice acquires at once, long before
+    // its retry delay.
+    let woken = |redlock: &redmutex::Redlock| {
+        redlock
+            .new_mutex("metrics:w")
+            .with_wake_on_release(true)
+            .with_metrics_label("wake")
+            .with_retry_delay(Duration::from_secs(60))
+            .with_tries(3)
+    };
+    let holder = woken(&redlock).lock().await.expect("free lock");
+    let other = client(&cluster).await;
+    let waiter = tokio::spawn(async move { woken(&other).lock().await });
+    // Two attempts taken: the first before the waiter listened, the second once its
+    // subscriptions were confirmed; it now waits for a notice.
+    let taken = [
+        ("primitive", "mutex"),
+        ("outcome", "taken"),
+        ("use", "wake"),
+    ];
+    eventually("the waiter failed twice and listens", || {
+        recorded.take(&snapshotter);
+        recorded.counter("redmutex_attempts_total", &taken) >= 2
+    })
+    .await;
+    holder.unlock().await.expect("unlock");
+    let handed = waiter
+        .await
+        .expect("no panic")
+        .expect("woken by the release");
+    handed.unlock().await.expect("unlock");
+
     // The other primitives, once each.
     let multi = redlock.new_multi_mutex(["metrics:m1", "metrics:m2"]);
     multi
@@ -259,6 +295,11 @@ async fn a_scripted_sequence_records_every_series() {
         assert!(!waited.is_empty(), "an acquire {outcome}");
         assert!(waited.iter().all(|s| (0.0..30.0).contains(s)), "{waited:?}");
     }
+    let given_up = recorded.histogram(
+        "redmutex_acquire_seconds",
+        &[mutex, ("outcome", "cancelled"), checkout],
+    );
+    assert_eq!(given_up.len(), 1, "the call given up on: {given_up:?}");
     for primitive in ["multi", "read", "write", "semaphore"] {
         assert!(
             recorded.counter(
@@ -323,6 +364,11 @@ async fn a_scripted_sequence_records_every_series() {
         recorded.counter("redmutex_handoffs_total", &[("mode", "fair")]),
         1,
         "the hand-off in line"
+    );
+    assert_eq!(
+        recorded.counter("redmutex_handoffs_total", &[("mode", "wake")]),
+        1,
+        "the wake-up by the release notice"
     );
     for node in ["0", "1", "2"] {
         assert!(
