@@ -12,7 +12,8 @@
 #        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only;
 #        fair-handoff, a join round and a release that hands over, and wake-sharded, the release
 #        notice as a cluster member's script sends it (SPUBLISH), run only when named; so do
-#        the primitives' cases of issue 29: write-plain, semaphore, semaphore-among-2 and the
+#        the primitives' cases of issue 29: write-plain, names-plain-N (the multi-name lock's
+#        plain entry over N free names), semaphore, semaphore-among-2 and the
 #        floors floor-semaphore, floor-read, floor-names-8, the commands that decide a case sent
 #        plain, without a script around them)
 # Needs valgrind and redis-server (Debian's packages valgrind, redis-server).
@@ -153,10 +154,20 @@ commands() {
             resp EVALSHA "$noop_sha" 1 n "$v" 8000
             resp EVALSHA "$noop_sha" 1 n "$v"
             ;;
-        names-*)
+        names-[0-9]*)
             local n=${case#names-} keys=() k
             for ((k = 0; k < n; k++)); do keys+=("n:$k"); done
             resp EVALSHA "$names_acquire_sha" "$n" "${keys[@]}" "$v" 8000 1
+            resp EVALSHA "$names_release_sha" "$n" "${keys[@]}" "$v"
+            ;;
+        names-plain-*)
+            # The multi-name lock's plain entry over free names (see `multi::MultiTarget::entry`):
+            # every SET NX PX in one MULTI/EXEC (one name: the SET alone), then the release script.
+            local n=${case#names-plain-} keys=() k
+            for ((k = 0; k < n; k++)); do keys+=("n:$k"); done
+            [ "$n" -gt 1 ] && resp MULTI
+            for k in "${keys[@]}"; do resp SET "$k" "$v" NX PX 8000; done
+            [ "$n" -gt 1 ] && resp EXEC
             resp EVALSHA "$names_release_sha" "$n" "${keys[@]}" "$v"
             ;;
         read | read-among-7)

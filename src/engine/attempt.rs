@@ -53,7 +53,8 @@ pub(crate) async fn attempt_once(
     let nodes = resource.nodes();
     let round = matches!(op, Op::Round { .. });
     let request = Request::new(op, resource.target(), value, plan.millis)
-        .with_replica_acks(plan.replica_acks);
+        .with_replica_acks(plan.replica_acks)
+        .with_release(plan.release_op());
     // A fair round needs every node's answer: where it stands in line is part of the outcome.
     let (mut tally, in_flight) = if plan.fail_fast && !round {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await

@@ -84,6 +84,8 @@ pub(crate) struct Request {
     millis: u64,
     /// The replicas that must acknowledge a lock write before its member counts.
     replica_acks: Option<ReplicaAcks>,
+    /// The release this request's attempt sends where it fails (see `Settled::Release`).
+    release: Op,
 }
 
 impl Request {
@@ -109,7 +111,18 @@ impl Request {
             value: Arc::clone(value),
             millis,
             replica_acks: None,
+            release: Op::Release {
+                notify: false,
+                hand_off: false,
+            },
         }
+    }
+
+    /// The same request, whose partial writes a plain entry leaves on a node are released with
+    /// `release` (the release of a failed attempt, see `Settled::Release`).
+    pub(crate) fn with_release(mut self, release: Op) -> Self {
+        self.release = release;
+        self
     }
 
     /// The same request, whose lock writes count only once `acks` replicas acknowledged them
@@ -149,7 +162,12 @@ impl Request {
     /// What a member of kind `member` must run for this request: on a cluster, a request that
     /// publishes also needs [`SHARDED_NOTICES`].
     fn needs_on(&self, member: Member) -> &'static Needs {
-        let publishes = match self.op {
+        self.needs_of(self.op, member)
+    }
+
+    /// What a member of kind `member` must run for `op` on this request's target.
+    fn needs_of(&self, op: Op, member: Member) -> &'static Needs {
+        let publishes = match op {
             Op::Release { notify, hand_off } => notify || hand_off,
             Op::Round { .. } => true,
             _ => false,
@@ -414,6 +432,22 @@ async fn settle(
         Settled::Reply(reply) => Ok(reply),
         Settled::After(cmd, reply) => {
             let done = connection.send_for(needs, Packed::One(&cmd)).await?;
+            done.extract_error().map_err(NodeErrorKind::Redis)?;
+            Ok(reply)
+        }
+        Settled::Release(reply) => {
+            let needs = request.needs_of(request.release, member);
+            let (value, millis) = (&request.value, request.millis);
+            let target = &request.target;
+            let cmd = target.command(request.release, Delivery::ByDigest, member, value, millis);
+            let done = match connection.send_for(needs, Packed::One(&cmd)).await? {
+                Value::ServerError(error) if error.code() == "NOSCRIPT" => {
+                    let eval =
+                        target.command(request.release, Delivery::Inline, member, value, millis);
+                    connection.send_for(needs, Packed::One(&eval)).await?
+                }
+                done => done,
+            };
             done.extract_error().map_err(NodeErrorKind::Redis)?;
             Ok(reply)
         }

@@ -128,6 +128,11 @@ pub(crate) enum Settled {
     After(Cmd, Value),
     /// The node's state was not plain: the operation's script runs there after all, and decides.
     Script,
+    /// Decided as this reply, which is not "ours", but the entry set some of the target's keys
+    /// on the node on the way (a multi-name entry that found one name taken): the release a failed
+    /// attempt sends (compare-and-delete, with the notices its settings ask for) runs there
+    /// first, on the same connection, so the node holds nothing of ours once the reply counts.
+    Release(Value),
 }
 
 /// The key `suffix` beside `name` (one of the reserved suffixes, see `primitives`): the name's

@@ -176,3 +176,24 @@ async fn a_multi_name_lock_stays_within_one_slot() {
     assert_eq!(forced.expect("forced"), 1);
     assert!(matches!(held.extend().await, Err(Error::Expired)));
 }
+
+/// A multi-name lock's plain entry on a cluster member: the `MULTI`/`EXEC` goes to the names'
+/// master in one write; where one name is taken, the member refuses and the names it set there
+/// are gone before the attempt returns.
+#[tokio::test]
+async fn a_plain_multi_entry_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let redlock = member(&cluster).await;
+    let names = ["{ckeys:plain}:a", "{ckeys:plain}:b", "{ckeys:plain}:c"];
+    let multi = redlock.new_multi_mutex(names).with_tries(1);
+    let lock = multi.try_lock().await.expect("free");
+    for name in names {
+        assert_eq!(cluster.get(name).as_deref(), Some(lock.value()));
+    }
+    lock.unlock().await.expect("unlock");
+    cluster.set_px(names[1], "someone-else", Duration::from_secs(60));
+    assert!(matches!(multi.try_lock().await, Err(Error::Taken { .. })));
+    assert_eq!(cluster.get(names[0]), None, "the part set is released");
+    assert_eq!(cluster.get(names[2]), None, "the part set is released");
+    assert_eq!(cluster.get(names[1]).as_deref(), Some("someone-else"));
+}

@@ -359,3 +359,153 @@ async fn a_waiter_wakes_on_the_release_of_any_name() {
     })
     .await;
 }
+
+/// Every key on node `node` with the value it holds (a key of another type shows as its type).
+fn keys_on(cluster: &Cluster, node: usize) -> Vec<(String, String)> {
+    let mut connection = cluster.node(node).connection();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut connection)
+        .expect("KEYS");
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let kind: String = redis::cmd("TYPE")
+                .arg(&key)
+                .query(&mut connection)
+                .expect("TYPE");
+            let value = match kind.as_str() {
+                "string" => redis::cmd("GET")
+                    .arg(&key)
+                    .query(&mut connection)
+                    .expect("GET"),
+                other => format!("a {other}"),
+            };
+            (key, value)
+        })
+        .collect()
+}
+
+/// How many scripts node `node` ran (`EVALSHA` and `EVAL` calls).
+fn scripts_run(cluster: &Cluster, node: usize) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut cluster.node(node).connection())
+        .expect("INFO");
+    ["evalsha", "eval"]
+        .iter()
+        .map(|command| {
+            let prefix = format!("cmdstat_{command}:calls=");
+            info.lines()
+                .find_map(|line| line.strip_prefix(&prefix))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |calls| calls.parse().expect("a count"))
+        })
+        .sum()
+}
+
+/// The plain entry (`SET NX PX` for every name in one `MULTI`/`EXEC`) decides as `acquire.lua`
+/// would, in each state it can find: every name free (taken on every node, no script), one name
+/// held by another owner or by a key of another type on every node (refused everywhere, and the
+/// names it did set are gone from every node before the attempt returns: the attempt, refused
+/// everywhere, sends no release of its own), and a fenced acquire (the script, as before).
+#[tokio::test]
+async fn the_plain_multi_entry_decides_as_the_script() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let names = ["plain:a", "plain:b", "plain:c"];
+    // Waits for every node's reply, so that the refusal below is every node's, and nothing of
+    // the attempt is left in flight when it returns.
+    let multi = quick_multi(&redlock, &names).with_tries(1);
+
+    let scripts = scripts_run(&cluster, 0);
+    let lock = multi.try_lock().await.expect("free names");
+    assert_eq!(
+        scripts_run(&cluster, 0),
+        scripts,
+        "free names take no script"
+    );
+    for name in names {
+        assert_eq!(holders(&cluster, name, lock.value()), [0, 1, 2, 3, 4]);
+    }
+    lock.unlock().await.expect("unlock");
+
+    // One name held by another owner: every node refuses, and keeps only that owner's key.
+    for node in cluster.nodes() {
+        node.set_px(names[1], "someone-else", Duration::from_secs(60));
+    }
+    match multi.try_lock().await {
+        Err(Error::Taken { nodes }) => assert_eq!(nodes, [0, 1, 2, 3, 4]),
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    let only_other = vec![(names[1].to_owned(), "someone-else".to_owned())];
+    for node in 0..5 {
+        assert_eq!(
+            keys_on(&cluster, node),
+            only_other,
+            "node {node}: nothing of the refused attempt is left"
+        );
+    }
+
+    // A key of another type at a name: taken, as the script's EXISTS finds it.
+    for node in 0..5 {
+        let mut connection = cluster.node(node).connection();
+        let _: () = redis::cmd("DEL")
+            .arg(names[1])
+            .query(&mut connection)
+            .expect("DEL");
+        let _: () = redis::cmd("HSET")
+            .arg(names[2])
+            .arg("field")
+            .arg("x")
+            .query(&mut connection)
+            .expect("HSET");
+    }
+    match multi.try_lock().await {
+        Err(Error::Taken { nodes }) => assert_eq!(nodes, [0, 1, 2, 3, 4]),
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    let only_hash = vec![(names[2].to_owned(), "a hash".to_owned())];
+    for node in 0..5 {
+        assert_eq!(keys_on(&cluster, node), only_hash, "node {node}");
+    }
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("DEL")
+            .arg(names[2])
+            .query(&mut node.connection())
+            .expect("DEL");
+    }
+
+    // Fenced: the script, which reads the counters.
+    let scripts = scripts_run(&cluster, 0);
+    let lock = multi
+        .with_fencing(true)
+        .try_lock()
+        .await
+        .expect("free names");
+    assert!(lock.token().is_some());
+    assert!(
+        scripts_run(&cluster, 0) > scripts,
+        "a fenced acquire runs the script"
+    );
+    for name in names {
+        assert_eq!(holders(&cluster, name, lock.value()), [0, 1, 2, 3, 4]);
+    }
+    lock.unlock().await.expect("unlock");
+}
+
+/// A multi-name lock over one name takes the plain entry too (the `SET` alone), and decides as
+/// a mutex does.
+#[tokio::test]
+async fn a_multi_name_lock_over_one_name_is_a_plain_set() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let multi = quick_multi(&redlock, &["plain:one"]).with_tries(1);
+    let scripts = scripts_run(&cluster, 0);
+    let lock = multi.try_lock().await.expect("free");
+    assert_eq!(scripts_run(&cluster, 0), scripts, "no script");
+    assert_eq!(holders(&cluster, "plain:one", lock.value()), [0, 1, 2]);
+    assert!(matches!(multi.try_lock().await, Err(Error::Taken { .. })));
+    lock.unlock().await.expect("unlock");
+    assert!(present(&cluster, "plain:one").is_empty());
+}

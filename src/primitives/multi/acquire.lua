@@ -3,7 +3,8 @@
 -- kept them (`<name>:fence`), in the same order; ARGV[1] = value, ARGV[2] = expiry in milliseconds,
 -- ARGV[3] = how many keys each name has here (1 unfenced, 2 fenced, 3 with the old counters). Sets
 -- nothing unless every name is free here, so no node ever holds part of a multi-name lock. Returns
--- the highest counter of the names (0 unfenced), or -1.
+-- the highest counter of the names (0 unfenced), or -1. An unfenced acquire goes plain instead
+-- (`SET NX PX` per name in one MULTI/EXEC, see `MultiTarget::settle`), and this runs for the rest.
 --
 -- Each command a script calls costs the node more than the work it does here, so the names are
 -- checked in one EXISTS (in slices: Lua's `unpack` has a bounded stack). An old counter counts as

@@ -1,6 +1,7 @@
 //! A mutex over several names at once ([`Redlock::new_multi_mutex`](crate::Redlock::new_multi_mutex)):
 //! a [`Mutex`](crate::Mutex) over this target. The names are the keys, each holding the lock value,
-//! set all or none per node by one script; fenced, each name's counter is the mutex's
+//! set all or none per node by one `MULTI`/`EXEC` of `SET NX PX` (see `MultiTarget::settle`) or,
+//! fenced, by one script; fenced, each name's counter is the mutex's
 //! (`{<name>}:fence`, and on a standalone server also the old `<name>:fence`, read only), and
 //! each name's release notice goes out on its own channel. On a Redis Cluster member the names
 //! must share a slot (one hash tag): the engine refuses others there (see `engine::request`).
@@ -9,10 +10,10 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use redis::Cmd;
+use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Target, Verb, channel_arg, check_prefix, publish_verb};
+use crate::engine::target::{self, Settled, Target, Verb, channel_arg, check_prefix, publish_verb};
 use crate::error::Error;
 use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
@@ -151,6 +152,87 @@ impl Target for MultiTarget {
         }
         cmd
     }
+
+    /// The plain entry (an unfenced acquire): `SET name value NX PX expiry` for every name, in
+    /// one `MULTI`/`EXEC` (one name: the `SET` alone), in one write. See
+    /// [`settle`](Self::settle) for how its reply reads.
+    fn entry(&self, op: Op, _member: Member, value: &str, millis: u64) -> Option<Pipeline> {
+        if op != Op::Acquire {
+            return None;
+        }
+        let several = self.names.len() > 1;
+        let mut pipeline = Pipeline::with_capacity(self.names.len() + 2);
+        if several {
+            pipeline.cmd("MULTI");
+        }
+        for name in &self.names {
+            pipeline
+                .cmd("SET")
+                .arg(&**name)
+                .arg(value)
+                .arg("NX")
+                .arg("PX")
+                .arg(millis);
+        }
+        if several {
+            pipeline.cmd("EXEC");
+        }
+        Some(pipeline)
+    }
+
+    /// Reads the plain entry's reply as `acquire.lua` decides, and leaves what the script leaves:
+    /// - *Every `SET` took its name*: the script finds every name free and sets each the same way;
+    ///   the node counts (counter 0, as the script answers unfenced).
+    /// - *No `SET` took its name* (each name holds a value, of any owner and any type): the
+    ///   script answers -1 and writes nothing; so does this.
+    /// - *Some did, some did not*: the script answers -1 and writes nothing; here the names
+    ///   taken hold our value, which the release a failed attempt sends (compare-and-delete)
+    ///   removes on the same connection before the reply counts ([`Settled::Release`]).
+    /// - *An error*: a `SET` refused when queued (out of memory, read-only, a missing
+    ///   permission) aborts the whole `EXEC`, which sets nothing; it goes on as the node's
+    ///   error, as the script's would.
+    ///
+    /// Why the one difference, a part of the set that holds our value on one node for one round
+    /// trip, changes no decision: the proof of `doc/multi-name.md` needs only that a node counts
+    /// for a holder where every name of its set holds its value, set at once: `EXEC` runs its
+    /// `SET`s atomically as the script did, and a node where one failed never counts (its reply
+    /// is -1). A part is our value at names we do not hold there: it can only make another
+    /// client's attempt on that node find a name taken (as a failed mutex attempt's key does
+    /// until its release), never admit one, and no extend, release or raise of another holder
+    /// acts on a value other than its own. `tests/suite/multi.rs`
+    /// (`the_plain_multi_entry_decides_as_the_script`) fails if the part is left.
+    fn settle(&self, op: Op, reply: Value) -> Settled {
+        if op != Op::Acquire {
+            return Settled::Reply(reply);
+        }
+        let Value::Array(replies) = reply else {
+            return Settled::Reply(reply);
+        };
+        // One name: the SET's own reply; several: the EXEC's array, after MULTI's and the
+        // QUEUED replies. Anything else (EXECABORT) goes on as it came.
+        let sets = match (self.names.len(), replies.last()) {
+            (1, _) => replies.as_slice(),
+            (_, Some(Value::Array(sets))) => sets.as_slice(),
+            _ => return Settled::Reply(Value::Array(replies)),
+        };
+        if sets.len() != self.names.len() {
+            return Settled::Reply(Value::Array(replies));
+        }
+        let taken = sets.iter().filter(|set| matches!(set, Value::Okay)).count();
+        if taken == sets.len() {
+            return Settled::Reply(Value::Int(0));
+        }
+        let verdict = sets
+            .iter()
+            .find(|set| !matches!(set, Value::Okay | Value::Nil))
+            .cloned()
+            .unwrap_or(Value::Int(-1));
+        if taken == 0 {
+            Settled::Reply(verdict)
+        } else {
+            Settled::Release(verdict)
+        }
+    }
 }
 
 impl fmt::Debug for MultiTarget {
@@ -258,6 +340,70 @@ mod tests {
         assert_eq!(words(&extend)[1], EXTEND.digest());
         assert_eq!(words(&extend)[2..], ["3", "a", "b", "c", "v", "5"]);
         assert!(target.is_script(Op::Acquire));
+    }
+
+    #[test]
+    fn the_plain_entry_reads_as_the_script() {
+        let target = MultiTarget::new(["a", "b"].map(Arc::from));
+        let entry = target
+            .entry(Op::Acquire, Standalone, "v", 8000)
+            .expect("an unfenced acquire is plain");
+        let sent: Vec<Vec<String>> = entry.cmd_iter().map(words).collect();
+        assert_eq!(
+            sent,
+            [
+                vec!["MULTI"],
+                vec!["SET", "a", "v", "NX", "PX", "8000"],
+                vec!["SET", "b", "v", "NX", "PX", "8000"],
+                vec!["EXEC"]
+            ]
+        );
+        for op in [Op::AcquireFenced, Op::Extend, Op::Enter, Op::Raise(1)] {
+            assert!(target.entry(op, Standalone, "v", 8000).is_none(), "{op:?}");
+        }
+        let queued = || Value::SimpleString("QUEUED".into());
+        let reply = |sets: Vec<Value>| {
+            target.settle(
+                Op::Acquire,
+                Value::Array(vec![Value::Okay, queued(), queued(), Value::Array(sets)]),
+            )
+        };
+        assert!(matches!(
+            reply(vec![Value::Okay, Value::Okay]),
+            Settled::Reply(Value::Int(0))
+        ));
+        assert!(matches!(
+            reply(vec![Value::Nil, Value::Nil]),
+            Settled::Reply(Value::Int(-1))
+        ));
+        assert!(matches!(
+            reply(vec![Value::Okay, Value::Nil]),
+            Settled::Release(Value::Int(-1))
+        ));
+        let error = redis::parse_redis_value(b"-ERR no\r\n").expect("an error");
+        assert!(matches!(
+            reply(vec![Value::Okay, error.clone()]),
+            Settled::Release(Value::ServerError(_))
+        ));
+        // An aborted EXEC set nothing, and goes on as it came.
+        let aborted = target.settle(
+            Op::Acquire,
+            Value::Array(vec![Value::Okay, error, queued(), error_exec()]),
+        );
+        assert!(matches!(aborted, Settled::Reply(Value::Array(_))));
+
+        // One name: the SET alone.
+        let one = MultiTarget::new(["a"].map(Arc::from));
+        let entry = one.entry(Op::Acquire, Standalone, "v", 8).expect("plain");
+        let sent: Vec<Vec<String>> = entry.cmd_iter().map(words).collect();
+        assert_eq!(sent, [vec!["SET", "a", "v", "NX", "PX", "8"]]);
+        let settle = |set| one.settle(Op::Acquire, Value::Array(vec![set]));
+        assert!(matches!(settle(Value::Okay), Settled::Reply(Value::Int(0))));
+        assert!(matches!(settle(Value::Nil), Settled::Reply(Value::Int(-1))));
+    }
+
+    fn error_exec() -> Value {
+        redis::parse_redis_value(b"-EXECABORT discarded\r\n").expect("an error")
     }
 
     /// Names with one hash tag: every key and every channel of the cluster variant is in the
