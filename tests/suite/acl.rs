@@ -150,6 +150,12 @@ async fn the_readme_rule_runs_every_primitive() {
     assert!(lock.token().is_some());
     lock.extend().await.expect("multi-name extend");
     lock.unlock().await.expect("multi-name unlock");
+    // Unfenced, the names are set by one MULTI/EXEC of plain SETs, not by a script.
+    let plain = redlock
+        .new_multi_mutex(["lock:acl-c", "lock:acl-d"])
+        .with_expiry(Duration::from_secs(20));
+    let lock = plain.lock().await.expect("unfenced multi-name lock");
+    lock.unlock().await.expect("unfenced multi-name unlock");
 
     let rwlock = redlock
         .new_rwlock("lock:acl-rw")
