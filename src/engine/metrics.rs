@@ -95,7 +95,7 @@ pub(crate) fn attempt<T>(labels: &Labels, outcome: &Result<T, Error>) {
         let index = outcome_index(outcome);
         let kept = kept::primitive(labels);
         kept::counter(
-            kept.map(|series| &series.attempts[index]),
+            kept.and_then(|series| series.attempts.get(index)),
             || {
                 let outcome = outcome_label(index, "acquired");
                 metrics::counter!(
@@ -162,7 +162,7 @@ impl Acquiring {
     fn record(&self, index: usize) {
         let labels = &self.labels;
         kept::histogram(
-            kept::primitive(labels).map(|series| &series.acquire_seconds[index]),
+            kept::primitive(labels).and_then(|series| series.acquire_seconds.get(index)),
             || {
                 let outcome = match index {
                     CANCELLED => "cancelled",
@@ -201,7 +201,9 @@ pub(crate) enum Handoff {
 pub(crate) fn handoff(mode: Handoff) {
     #[cfg(feature = "metrics")]
     {
-        let kept = kept::global_is_current().then_some(&kept::HANDOFFS[mode as usize]);
+        let kept = kept::global_is_current()
+            .then(|| kept::HANDOFFS.get(mode as usize))
+            .flatten();
         kept::counter(
             kept,
             || match mode {
@@ -271,6 +273,10 @@ pub(crate) enum End {
 pub(crate) struct Hold {
     #[cfg(feature = "metrics")]
     labels: Labels,
+    /// The handle the gauge went up by, so that it goes down by the same one whichever recorder
+    /// is current where the hold ends (often a `Drop` on another thread).
+    #[cfg(feature = "metrics")]
+    gauge: metrics::Gauge,
     #[cfg(feature = "metrics")]
     started: Instant,
     #[cfg(feature = "metrics")]
@@ -282,13 +288,15 @@ impl Hold {
     pub(crate) fn start(labels: &Labels) -> Hold {
         #[cfg(feature = "metrics")]
         {
-            kept::gauge(
-                kept::primitive(labels).map(|series| &series.held),
-                || metrics::gauge!("redmutex_held", labels.alone().pairs()),
-                |gauge| gauge.increment(1.0),
-            );
+            let register = || metrics::gauge!("redmutex_held", labels.alone().pairs());
+            let gauge = match kept::primitive(labels) {
+                Some(series) => series.held.get_or_init(register).clone(),
+                None => register(),
+            };
+            gauge.increment(1.0);
             Hold {
                 labels: *labels,
+                gauge,
                 started: Instant::now(),
                 ended: false,
             }
@@ -310,14 +318,10 @@ impl Hold {
             }
             self.ended = true;
             let labels = &self.labels;
+            self.gauge.decrement(1.0);
             let kept = kept::primitive(labels);
-            kept::gauge(
-                kept.map(|series| &series.held),
-                || metrics::gauge!("redmutex_held", labels.alone().pairs()),
-                |gauge| gauge.decrement(1.0),
-            );
             kept::histogram(
-                kept.map(|series| &series.held_seconds[end as usize]),
+                kept.and_then(|series| series.held_seconds.get(end as usize)),
                 || {
                     let end = match end {
                         End::Unlocked => "unlocked",
@@ -372,7 +376,7 @@ pub(crate) fn lost(labels: &Labels, hold: &mut Hold, reason: Lost) {
     }
     #[cfg(feature = "metrics")]
     kept::counter(
-        kept::primitive(labels).map(|series| &series.lost[reason as usize]),
+        kept::primitive(labels).and_then(|series| series.lost.get(reason as usize)),
         || {
             let reason = match reason {
                 Lost::Expired => "expired",
@@ -395,7 +399,7 @@ pub(crate) fn extension<T>(labels: &Labels, outcome: &Result<T, Error>) {
     {
         let index = outcome_index(outcome);
         kept::counter(
-            kept::primitive(labels).map(|series| &series.extensions[index]),
+            kept::primitive(labels).and_then(|series| series.extensions.get(index)),
             || {
                 let outcome = outcome_label(index, "ok");
                 metrics::counter!(
@@ -460,7 +464,7 @@ fn node_request(node: usize, outcome: NodeOutcome, kept: bool) {
     let cell = kept
         .then(|| kept::NODE_REQUESTS.get(node))
         .flatten()
-        .map(|outcomes| &outcomes[outcome as usize]);
+        .and_then(|outcomes| outcomes.get(outcome as usize));
     kept::counter(
         cell,
         || match outcome {
@@ -609,6 +613,8 @@ mod kept {
     /// The handles of one primitive label set (kind and `use`), each registered on first use so
     /// that a series appears only once something happened to it; label sets are few (a kind
     /// times the static labels an application gives), and live as long as the global recorder.
+    /// The arrays are looked up with `get`: an outcome given no slot (a variant added later)
+    /// records without a kept handle rather than panic, which inside a `Drop` would abort.
     pub(super) struct Primitive {
         labels: Labels,
         /// By outcome: acquired, then `FAILURES`.
@@ -675,19 +681,6 @@ mod kept {
         kept: Option<&OnceLock<Counter>>,
         register: impl FnOnce() -> Counter,
         record: impl FnOnce(&Counter),
-    ) {
-        match kept {
-            Some(cell) => record(cell.get_or_init(register)),
-            None => record(&register()),
-        }
-    }
-
-    /// [`counter`], for a gauge.
-    #[inline]
-    pub(super) fn gauge(
-        kept: Option<&OnceLock<Gauge>>,
-        register: impl FnOnce() -> Gauge,
-        record: impl FnOnce(&Gauge),
     ) {
         match kept {
             Some(cell) => record(cell.get_or_init(register)),
@@ -791,6 +784,36 @@ mod tests {
                 .find(|(name, _)| name == "redmutex_node_requests_total{node=0,outcome=ok}");
             assert_eq!(ok.map(|(_, value)| value), Some(&DebugValue::Counter(1)));
         }
+    }
+
+    /// A hold's gauge goes down in the recorder it went up in, whichever recorder is current
+    /// where the hold ends (a lock dropped on another thread, or outside the caller's recorder).
+    #[test]
+    fn a_hold_ends_in_the_recorder_it_started_in() {
+        let labels = Labels {
+            primitive: "mutex",
+            use_label: Some("moved"),
+        };
+        let mut hold = None;
+        let started = recorded(|| hold = Some(Hold::start(&labels)));
+        let mut hold = hold.expect("started");
+        let elsewhere = recorded(|| {
+            hold.end(End::Unlocked);
+        });
+        let gauge = |series: &[(String, DebugValue)]| {
+            series.iter().find_map(|(name, value)| match value {
+                DebugValue::Gauge(gauge) if name == "redmutex_held{primitive=mutex,use=moved}" => {
+                    Some(gauge.into_inner())
+                }
+                _ => None,
+            })
+        };
+        assert_eq!(gauge(&started), Some(1.0), "the start counts");
+        assert_eq!(
+            gauge(&elsewhere),
+            None,
+            "the end does not count where it did not start"
+        );
     }
 
     /// Handles are kept for the global recorder alone: what is recorded before it is installed
