@@ -63,21 +63,33 @@ fn shared(settings: Settings) -> Arc<Config> {
     if settings.same_plain(&DEFAULTS.settings) {
         return Arc::clone(&DEFAULTS);
     }
-    RECENT_CONFIGS.with(|recent| {
-        let mut recent = recent.borrow_mut();
-        if let Some(at) = recent.iter().position(|c| c.settings.same_plain(&settings)) {
+    // `try_with`: a setter may run while the thread's locals are being destroyed (a handle made
+    // in another thread-local's drop), and then simply shares nothing.
+    let cached = RECENT_CONFIGS
+        .try_with(|recent| {
+            let mut recent = recent.borrow_mut();
+            let at = recent
+                .iter()
+                .position(|c| c.settings.same_plain(&settings))?;
             let config = recent.remove(at);
             recent.insert(0, Arc::clone(&config));
-            return config;
-        }
-        let plain = settings.same_plain(&settings);
-        let config = Arc::new(Config::new(settings));
-        if plain {
+            Some(config)
+        })
+        .ok()
+        .flatten();
+    if let Some(config) = cached {
+        return config;
+    }
+    let plain = settings.same_plain(&settings);
+    let config = Arc::new(Config::new(settings));
+    if plain {
+        let _ = RECENT_CONFIGS.try_with(|recent| {
+            let mut recent = recent.borrow_mut();
             recent.truncate(RECENT - 1);
             recent.insert(0, Arc::clone(&config));
-        }
-        config
-    })
+        });
+    }
+    config
 }
 
 impl Resource {

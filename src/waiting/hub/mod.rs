@@ -33,9 +33,9 @@ pub(crate) use watcher::Watcher;
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
 
 /// How often each listener asks the hub to sweep. A name goes at the first sweep after its linger
-/// ran out, so a sweep every `LINGER` left names subscribed for up to twice the linger (the scale
-/// bench saw 8.3 s on average); a fifth of it bounds that at 1.2 times the linger, for a pass
-/// over the names map a second.
+/// ran out, so a sweep every `LINGER` left names subscribed for up to twice the linger; a fifth of
+/// it bounds that at 1.2 times the linger, for a pass over the names map a second per listener
+/// (one per node).
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Release notices received, and who waits for them, per name.
