@@ -285,6 +285,30 @@ async fn without_a_command_that_the_scripts_run_unlock_fails_naming_it() {
     }
 }
 
+/// A user who may not run `MULTI` (a rule from before multi-name locks sent one): the node runs
+/// the `SET`s one by one and refuses the `EXEC`, so it must count as a refusal naming `multi`, and
+/// the failed attempt's release must take back what the bare `SET`s set.
+#[tokio::test]
+async fn without_multi_an_unfenced_multi_name_lock_is_refused_and_leaves_nothing() {
+    let rule: Vec<String> = rule_without("+multi");
+    let (cluster, redlock) = cluster_with(&rule).await;
+    let names = ["lock:acl-m1", "lock:acl-m2"];
+    let multi = redlock
+        .new_multi_mutex(names)
+        .with_expiry(Duration::from_secs(60))
+        .with_timeout_factor(0.05);
+    for message in refusals(multi.lock().await) {
+        assert!(message.contains("'multi'"), "{message}");
+    }
+    support::eventually("the bare SETs are released", || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| names.iter().all(|name| !node.exists(name)))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn without_the_channel_the_release_names_it() {
     let channels = "&redmutex:released:lock:*";
