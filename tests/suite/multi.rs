@@ -509,3 +509,62 @@ async fn a_multi_name_lock_over_one_name_is_a_plain_set() {
     lock.unlock().await.expect("unlock");
     assert!(present(&cluster, "plain:one").is_empty());
 }
+
+/// The names a plain entry took on a node where another was taken are released with a notice for
+/// each name freed, where wake-up on release is on, as a failed attempt's release sends them: a
+/// waiter on such a name would otherwise sleep out its retry delay. Names held by others get none.
+#[tokio::test]
+async fn the_released_part_of_a_plain_entry_sends_its_notices() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let names = ["part:a", "part:b"];
+    let channels = names.map(|name| format!("redmutex:released:{name}"));
+    for node in cluster.nodes() {
+        node.set_px(names[1], "someone-else", Duration::from_secs(60));
+    }
+    let mut connections: Vec<redis::Connection> =
+        (0..3).map(|node| cluster.node(node).connection()).collect();
+    let mut subscribers: Vec<redis::PubSub<'_>> = connections
+        .iter_mut()
+        .map(|connection| {
+            let mut pubsub = connection.as_pubsub();
+            pubsub
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("read timeout");
+            for channel in &channels {
+                pubsub.subscribe(channel).expect("SUBSCRIBE");
+            }
+            pubsub
+        })
+        .collect();
+
+    let multi = quick_multi(&redlock, &names)
+        .with_tries(1)
+        .with_wake_on_release(true);
+    match multi.try_lock().await {
+        Err(Error::Taken { nodes }) => assert_eq!(nodes, [0, 1, 2]),
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    for (node, pubsub) in subscribers.iter_mut().enumerate() {
+        let notice = pubsub.get_message().expect("a notice");
+        assert_eq!(
+            notice.get_channel_name(),
+            channels[0],
+            "node {node}: the freed name's notice"
+        );
+        // A marker published now on the other name's channel comes next: no notice for the
+        // name another owner holds came before it.
+        let mut publisher = cluster.node(node).connection();
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&channels[1])
+            .arg("marker")
+            .query(&mut publisher)
+            .expect("PUBLISH");
+        let next = pubsub.get_message().expect("the marker");
+        assert_eq!(
+            (next.get_channel_name(), next.get_payload::<String>().ok()),
+            (channels[1].as_str(), Some("marker".to_owned())),
+            "node {node}"
+        );
+    }
+}
