@@ -91,23 +91,38 @@ fn outcome_label(index: usize, ok: &'static str) -> &'static str {
 #[inline]
 pub(crate) fn attempt<T>(labels: &Labels, outcome: &Result<T, Error>) {
     #[cfg(feature = "metrics")]
-    {
-        let index = outcome_index(outcome);
-        let kept = kept::primitive(labels);
-        kept::counter(
-            kept.and_then(|series| series.attempts.get(index)),
-            || {
-                let outcome = outcome_label(index, "acquired");
-                metrics::counter!(
-                    "redmutex_attempts_total",
-                    labels.with("outcome", outcome).pairs()
-                )
-            },
-            |counter| counter.increment(1),
-        );
-    }
+    count_outcome(
+        labels,
+        outcome,
+        "redmutex_attempts_total",
+        "acquired",
+        |series| &series.attempts,
+    );
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, outcome);
+}
+
+/// Counts `outcome` in the counter `name` by its `outcome` label (`ok` the success's), through
+/// the kept handle `slots` picks where there is one.
+#[cfg(feature = "metrics")]
+fn count_outcome<T>(
+    labels: &Labels,
+    outcome: &Result<T, Error>,
+    name: &'static str,
+    ok: &'static str,
+    slots: fn(&kept::Primitive) -> &[std::sync::OnceLock<metrics::Counter>],
+) {
+    let index = outcome_index(outcome);
+    kept::counter(
+        kept::primitive(labels).and_then(|series| slots(series).get(index)),
+        || {
+            metrics::counter!(
+                name,
+                labels.with("outcome", outcome_label(index, ok)).pairs()
+            )
+        },
+        |counter| counter.increment(1),
+    );
 }
 
 /// A `lock()`, `read()` or `acquire()` call, timed from its start until it returns, or until it
@@ -396,20 +411,13 @@ pub(crate) fn lost(labels: &Labels, hold: &mut Hold, reason: Lost) {
 #[inline]
 pub(crate) fn extension<T>(labels: &Labels, outcome: &Result<T, Error>) {
     #[cfg(feature = "metrics")]
-    {
-        let index = outcome_index(outcome);
-        kept::counter(
-            kept::primitive(labels).and_then(|series| series.extensions.get(index)),
-            || {
-                let outcome = outcome_label(index, "ok");
-                metrics::counter!(
-                    "redmutex_extensions_total",
-                    labels.with("outcome", outcome).pairs()
-                )
-            },
-            |counter| counter.increment(1),
-        );
-    }
+    count_outcome(
+        labels,
+        outcome,
+        "redmutex_extensions_total",
+        "ok",
+        |series| &series.extensions,
+    );
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, outcome);
 }
