@@ -103,6 +103,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisResult, Value};
 use redmutex::{Lock, Redlock};
 
+#[path = "support/commandstats.rs"]
+mod commandstats;
+
 #[path = "support/harness.rs"]
 mod harness;
 

@@ -26,6 +26,11 @@ use std::time::{Duration, Instant};
 use redmutex::{Lock, Redlock};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
+use commandstats::Counts;
+
+#[path = "support/commandstats.rs"]
+mod commandstats;
+
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
@@ -540,7 +545,7 @@ async fn handoffs(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = commandstats(&mut probes)?;
+    let before = commandstats::read(&mut probes)?;
     let mut times = Vec::with_capacity(names);
     for (lock, rx) in held.into_iter().zip(done) {
         let start = Instant::now();
@@ -553,118 +558,33 @@ async fn handoffs(
     }
     let last = Instant::now();
     if report {
-        let during = commandstats(&mut probes)?.since(&before);
+        let during = Counts::between(&before, &commandstats::read(&mut probes)?, false);
         println!(
             "  commands on the nodes while the {names} names were handed off one at a time \
              (INFO commandstats, the probe's own left out):"
         );
-        during.print(names, false);
+        print_commands(&during, names);
     }
     Ok((times, last))
 }
 
-/// Calls per command, summed over the nodes (`INFO commandstats`), without the probe's own.
-struct Commands {
-    calls: std::collections::BTreeMap<String, i64>,
-}
-
-/// What the library's scripts run inside EVALSHA or EVAL, which `INFO commandstats` counts too
-/// (the list and the rule of `benches/support/handoff.rs`, whose `Counts` says why).
-const IN_SCRIPTS: [&str; 11] = [
-    "get",
-    "del",
-    "publish",
-    "pexpire",
-    "pexpireat",
-    "zadd",
-    "zrem",
-    "zrange",
-    "zrangebyscore",
-    "zscore",
-    "time",
-];
-
-impl Commands {
-    fn since(&self, before: &Commands) -> Commands {
-        let calls = self
-            .calls
-            .iter()
-            .map(|(name, n)| {
-                (
-                    name.clone(),
-                    n - before.calls.get(name).copied().unwrap_or(0),
-                )
-            })
-            .filter(|(_, n)| *n != 0)
-            .collect();
-        Commands { calls }
-    }
-
-    /// Per acquisition: the commands clients sent to all nodes (as the compare bench's hand-off
-    /// rows count them), per node, and every command the nodes ran (sent and inside scripts).
-    fn print(&self, acquisitions: usize, fair: bool) {
-        let get = |name: &str| self.calls.get(name).copied().unwrap_or(0);
-        // A fair mutex's scripts run one EXISTS each; any EXISTS beyond that is a plain entry's,
-        // sent with its SET.
-        let entries = if fair {
-            (get("exists") - get("evalsha") - get("eval")).max(0)
-        } else {
-            0
-        };
-        let (mut sent, mut all) = (0, 0);
-        for (name, n) in &self.calls {
-            let inside = match name.as_str() {
-                "set" | "exists" if fair => n - entries,
-                name if IN_SCRIPTS.contains(&name) => *n,
-                _ => 0,
-            };
-            sent += n - inside;
-            all += n;
-        }
-        let per = |n: i64| n as f64 / acquisitions as f64;
-        let by: Vec<String> = self
-            .calls
-            .iter()
-            .map(|(name, n)| format!("{name} {:.2}", per(*n)))
-            .collect();
-        println!(
-            "    per acquisition ({acquisitions}): sent {:.2} to all nodes ({:.2} per node), \
-             all run {:.2}; by name (all nodes): {}",
-            per(sent),
-            per(sent) / NODES as f64,
-            per(all),
-            by.join(", ")
-        );
-    }
-}
-
-fn commandstats(probes: &mut [redis::Connection]) -> Res<Commands> {
-    let mut calls = std::collections::BTreeMap::new();
-    for probe in probes.iter_mut() {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(probe)
-            .map_err(|e| e.to_string())?;
-        for line in info.lines() {
-            let Some((name, rest)) = line
-                .strip_prefix("cmdstat_")
-                .and_then(|l| l.split_once(':'))
-            else {
-                continue;
-            };
-            // The probe's own: INFO, and PUBSUB for the subscription counts.
-            if name == "info" || name.starts_with("pubsub") {
-                continue;
-            }
-            let n = rest
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|v| v.parse::<i64>().ok())
-                .ok_or("no calls= in commandstats")?;
-            *calls.entry(name.to_owned()).or_insert(0) += n;
-        }
-    }
-    Ok(Commands { calls })
+/// Per acquisition: the commands clients sent to all nodes (as the compare bench's hand-off rows
+/// count them), per node, and every command the nodes ran (sent and inside scripts).
+fn print_commands(counts: &Counts, acquisitions: usize) {
+    let per = |n: u64| n as f64 / acquisitions as f64;
+    let by: Vec<String> = counts
+        .by_name
+        .iter()
+        .map(|(name, n)| format!("{name} {:.2}", per(*n)))
+        .collect();
+    println!(
+        "    per acquisition ({acquisitions}): sent {:.2} to all nodes ({:.2} per node), \
+         all run {:.2}; by name (all nodes): {}",
+        per(counts.sent),
+        per(counts.sent) / NODES as f64,
+        per(counts.sent + counts.in_scripts),
+        by.join(", ")
+    );
 }
 
 async fn waiters(cluster: &testenv::Cluster, urls: &[String]) -> Res<()> {
@@ -811,7 +731,7 @@ async fn fair(cluster: &testenv::Cluster, urls: &[String], clients: usize) -> Re
     first.unlock().await.map_err(|e| e.to_string())?;
     // Half a second of warm-up, then the window.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = commandstats(&mut probes)?;
+    let before = commandstats::read(&mut probes)?;
     let (client_cpu, node_cpu) = (process_cpu_secs()?, nodes_cpu_secs(&mut probes)?);
     let start = Instant::now();
     measuring.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -820,7 +740,7 @@ async fn fair(cluster: &testenv::Cluster, urls: &[String], clients: usize) -> Re
     let window = start.elapsed().as_secs_f64();
     let client_cpu = process_cpu_secs()? - client_cpu;
     let node_cpu = nodes_cpu_secs(&mut probes)? - node_cpu;
-    let during = commandstats(&mut probes)?.since(&before);
+    let during = Counts::between(&before, &commandstats::read(&mut probes)?, true);
     let acquired = acquisitions.load(std::sync::atomic::Ordering::Relaxed);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for task in tasks {
@@ -851,7 +771,7 @@ async fn fair(cluster: &testenv::Cluster, urls: &[String], clients: usize) -> Re
         node_cpu * 1e3 / acquired.max(1) as f64
     );
     println!("    while in line, per node (channels, subscribers, patterns): {subs:?}");
-    during.print(acquired.max(1), true);
+    print_commands(&during, acquired.max(1));
     Ok(())
 }
 

@@ -10,19 +10,19 @@
 //! Per row: acquisitions per second; the hand-off latency, from the moment a holder calls
 //! `unlock()` (its release goes out in that call) to the moment the next holder's `lock()`
 //! returns, the same clock points in every mode; the commands the nodes received per
-//! acquisition (from `INFO commandstats`: see [`Counts`]); how evenly the acquisitions spread over
+//! acquisition (from `INFO commandstats`: see `commandstats::Counts`); how evenly the acquisitions spread over
 //! the tasks; and the share of acquisitions served in join order (see [`JOIN_ALLOWANCES`]).
 //!
 //! Each row's measured time is split into rounds interleaved with the other rows' (see
 //! `benches/compare.rs`); a row pools the samples of its rounds.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redmutex::Redlock;
 
+use crate::commandstats::{self, Counts};
 use crate::harness::{Json, percentile};
 
 /// How a waiter's turn comes.
@@ -125,130 +125,14 @@ pub const JOIN_ALLOWANCES: [Duration; 3] = [
     Duration::from_millis(25),
 ];
 
-/// Commands the library's scripts run inside EVALSHA or EVAL. `INFO commandstats` counts them
-/// too, although no client sent them over the network, so they are counted apart (see
-/// [`Counts`]).
-const IN_SCRIPTS: [&str; 11] = [
-    "get",
-    "del",
-    "publish",
-    "pexpire",
-    "pexpireat",
-    "zadd",
-    "zrem",
-    "zrange",
-    "zrangebyscore",
-    "zscore",
-    "time",
-];
-
-/// The commands all nodes received in a window, from `INFO commandstats` (whose `calls` count
-/// a command run inside a script as well as one sent by a client).
-///
-/// `sent` counts every command except the probe's own INFO and the commands scripts run
-/// ([`IN_SCRIPTS`]), so that a command a client sends is counted even if nobody thought of it
-/// here (SCRIPT LOAD, a reconnect's handshake, a health PING). SET and EXISTS are the commands
-/// both sides use. A plain mutex sends `SET NX PX` to take the lock, a woken waiter of
-/// wake-on-release sends EXISTS (its look at one node), and no script of an unfenced plain mutex
-/// runs either: in the rows without fair waiting both count as sent. A fair mutex sends both, as
-/// a pair, in a plain entry (its first try while its client saw nobody wait for the name), and
-/// its scripts run them too: every fair script (round or release) runs exactly one EXISTS, and
-/// SET to take or hand over the lock and to raise the ticket counter. So in the fair rows the
-/// entries are the EXISTS beyond one per script call (EVALSHA and EVAL), each with its SET, and
-/// the other SET and EXISTS calls ran inside scripts.
-#[derive(Clone, Debug, Default)]
-pub struct Counts {
-    /// Commands sent by clients.
-    pub sent: u64,
-    /// Commands run inside scripts.
-    pub in_scripts: u64,
-    /// Every command by name (both kinds, without the probe's INFO), for the JSON line.
-    pub by_name: BTreeMap<String, u64>,
-}
-
+/// Summing rounds into a row.
 impl Counts {
-    fn between(
-        before: &BTreeMap<String, u64>,
-        after: &BTreeMap<String, u64>,
-        waiting: Waiting,
-    ) -> Counts {
-        let mut counts = Counts::default();
-        let delta = |name: &str| {
-            let after = after.get(name).copied().unwrap_or(0);
-            after.saturating_sub(before.get(name).copied().unwrap_or(0))
-        };
-        // Fair rows: the entries' SET + EXISTS pairs (see above).
-        let entries = match waiting {
-            Waiting::Fair => delta("exists").saturating_sub(delta("evalsha") + delta("eval")),
-            _ => 0,
-        };
-        for name in after.keys() {
-            let calls = delta(name);
-            if name == "info" || calls == 0 {
-                continue;
-            }
-            let inside = match name.as_str() {
-                "set" | "exists" if waiting == Waiting::Fair => calls.saturating_sub(entries),
-                name if IN_SCRIPTS.contains(&name) => calls,
-                _ => 0,
-            };
-            counts.in_scripts += inside;
-            counts.sent += calls - inside;
-            counts.by_name.insert(name.clone(), calls);
-        }
-        counts
-    }
-
     fn add(&mut self, other: &Counts) {
         self.sent += other.sent;
         self.in_scripts += other.in_scripts;
         for (name, calls) in &other.by_name {
             *self.by_name.entry(name.clone()).or_default() += calls;
         }
-    }
-}
-
-/// One connection per node that reads `INFO commandstats`: made before the window, so that
-/// opening it counts for nothing, and its own commands are INFO only.
-struct Probe {
-    nodes: Vec<redis::Connection>,
-}
-
-impl Probe {
-    fn new(cluster: &testenv::Cluster) -> Probe {
-        Probe {
-            nodes: cluster
-                .nodes()
-                .iter()
-                .map(|node| node.connection())
-                .collect(),
-        }
-    }
-
-    /// Calls per command name over all nodes so far.
-    fn read(&mut self) -> Result<BTreeMap<String, u64>, String> {
-        let mut calls = BTreeMap::new();
-        for node in &mut self.nodes {
-            let stats: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query(node)
-                .map_err(|e| format!("INFO commandstats: {e}"))?;
-            for line in stats.lines() {
-                let Some((name, rest)) = line
-                    .strip_prefix("cmdstat_")
-                    .and_then(|line| line.split_once(":calls="))
-                else {
-                    continue;
-                };
-                let count: u64 = rest
-                    .split(',')
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .ok_or_else(|| format!("unreadable commandstats line {line:?}"))?;
-                *calls.entry(name.to_owned()).or_default() += count;
-            }
-        }
-        Ok(calls)
     }
 }
 
@@ -535,7 +419,12 @@ pub fn run_round(
             return round;
         }
     };
-    let mut probe = Probe::new(cluster);
+    // One connection per node, made before the window, so that opening it counts for nothing.
+    let mut probe: Vec<redis::Connection> = cluster
+        .nodes()
+        .iter()
+        .map(|node| node.connection())
+        .collect();
     runtime.block_on(async {
         let mut redlocks = Vec::new();
         for _ in 0..setup.clients {
@@ -567,11 +456,14 @@ pub fn run_round(
             })
             .collect();
         tokio::time::sleep_until(shared.start.into()).await;
-        let before = tokio::task::block_in_place(|| probe.read());
+        let before = tokio::task::block_in_place(|| commandstats::read(&mut probe));
         tokio::time::sleep_until(shared.deadline.into()).await;
-        let after = tokio::task::block_in_place(|| probe.read());
+        let after = tokio::task::block_in_place(|| commandstats::read(&mut probe));
         match before.and_then(|before| Ok((before, after?))) {
-            Ok((before, after)) => round.counts = Counts::between(&before, &after, setup.waiting),
+            Ok((before, after)) => {
+                let fair = setup.waiting == Waiting::Fair;
+                round.counts = Counts::between(&before, &after, fair);
+            }
             Err(error) => round.error = Some(error),
         }
 
