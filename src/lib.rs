@@ -88,4 +88,12 @@ pub mod internals {
         tally.close([]);
         tally.judge_acquire(validity).is_ok()
     }
+
+    /// Records what one `lock()` + `unlock()` of a mutex on `nodes` nodes records (the
+    /// `metrics` feature), for the benchmark of what recording costs on its own; `sent` stands
+    /// for when both fan-outs sent their requests.
+    #[cfg(feature = "metrics")]
+    pub fn record_cycle(nodes: usize, sent: std::time::Instant) {
+        crate::engine::metrics::record_cycle(nodes, sent);
+    }
 }

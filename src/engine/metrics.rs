@@ -112,9 +112,13 @@ fn count_outcome<T>(
     ok: &'static str,
     slots: fn(&kept::Primitive) -> &[std::sync::OnceLock<metrics::Counter>],
 ) {
+    let current = kept::current();
+    if current == kept::Current::Nothing {
+        return;
+    }
     let index = outcome_index(outcome);
     kept::counter(
-        kept::primitive(labels).and_then(|series| slots(series).get(index)),
+        kept::primitive(current, labels).and_then(|series| slots(series).get(index)),
         || {
             metrics::counter!(
                 name,
@@ -132,8 +136,9 @@ fn count_outcome<T>(
 pub(crate) struct Acquiring {
     #[cfg(feature = "metrics")]
     labels: Labels,
+    /// `None` where no recorder was installed when the call started: nothing to time it for.
     #[cfg(feature = "metrics")]
-    started: Instant,
+    started: Option<Instant>,
     #[cfg(feature = "metrics")]
     returned: bool,
 }
@@ -147,9 +152,10 @@ impl Acquiring {
     pub(crate) fn start(labels: &Labels) -> Acquiring {
         #[cfg(feature = "metrics")]
         {
+            let recording = kept::current() != kept::Current::Nothing;
             Acquiring {
                 labels: *labels,
-                started: Instant::now(),
+                started: recording.then(Instant::now),
                 returned: false,
             }
         }
@@ -175,9 +181,16 @@ impl Acquiring {
 
     #[cfg(feature = "metrics")]
     fn record(&self, index: usize) {
+        let Some(started) = self.started else {
+            return;
+        };
+        let current = kept::current();
+        if current == kept::Current::Nothing {
+            return;
+        }
         let labels = &self.labels;
         kept::histogram(
-            kept::primitive(labels).and_then(|series| series.acquire_seconds.get(index)),
+            kept::primitive(current, labels).and_then(|series| series.acquire_seconds.get(index)),
             || {
                 let outcome = match index {
                     CANCELLED => "cancelled",
@@ -188,7 +201,7 @@ impl Acquiring {
                     labels.with("outcome", outcome).pairs()
                 )
             },
-            |histogram| histogram.record(self.started.elapsed()),
+            |histogram| histogram.record(started.elapsed()),
         );
     }
 }
@@ -216,7 +229,11 @@ pub(crate) enum Handoff {
 pub(crate) fn handoff(mode: Handoff) {
     #[cfg(feature = "metrics")]
     {
-        let kept = kept::global_is_current()
+        let current = kept::current();
+        if current == kept::Current::Nothing {
+            return;
+        }
+        let kept = (current == kept::Current::Global)
             .then(|| kept::HANDOFFS.get(mode as usize))
             .flatten();
         kept::counter(
@@ -244,12 +261,13 @@ impl Waiter {
     pub(crate) fn enter(labels: &Labels) -> Waiter {
         #[cfg(feature = "metrics")]
         {
-            let kept = kept::primitive(labels);
+            let current = kept::current();
             let register = || metrics::gauge!("redmutex_waiting", labels.alone().pairs());
             // The handle the gauge went up by is the one it goes down by, whichever recorder is
             // current when the call returns.
-            let gauge = match kept {
+            let gauge = match kept::primitive(current, labels) {
                 Some(series) => series.waiting.get_or_init(register).clone(),
+                None if current == kept::Current::Nothing => metrics::Gauge::noop(),
                 None => register(),
             };
             gauge.increment(1.0);
@@ -292,8 +310,9 @@ pub(crate) struct Hold {
     /// is current where the hold ends (often a `Drop` on another thread).
     #[cfg(feature = "metrics")]
     gauge: metrics::Gauge,
+    /// `None` where no recorder was installed when the hold started: nothing to time it for.
     #[cfg(feature = "metrics")]
-    started: Instant,
+    started: Option<Instant>,
     #[cfg(feature = "metrics")]
     ended: bool,
 }
@@ -303,16 +322,18 @@ impl Hold {
     pub(crate) fn start(labels: &Labels) -> Hold {
         #[cfg(feature = "metrics")]
         {
+            let current = kept::current();
             let register = || metrics::gauge!("redmutex_held", labels.alone().pairs());
-            let gauge = match kept::primitive(labels) {
+            let gauge = match kept::primitive(current, labels) {
                 Some(series) => series.held.get_or_init(register).clone(),
+                None if current == kept::Current::Nothing => metrics::Gauge::noop(),
                 None => register(),
             };
             gauge.increment(1.0);
             Hold {
                 labels: *labels,
                 gauge,
-                started: Instant::now(),
+                started: (current != kept::Current::Nothing).then(Instant::now),
                 ended: false,
             }
         }
@@ -332,11 +353,18 @@ impl Hold {
                 return false;
             }
             self.ended = true;
-            let labels = &self.labels;
             self.gauge.decrement(1.0);
-            let kept = kept::primitive(labels);
+            let Some(started) = self.started else {
+                return true;
+            };
+            let current = kept::current();
+            if current == kept::Current::Nothing {
+                return true;
+            }
+            let labels = &self.labels;
             kept::histogram(
-                kept.and_then(|series| series.held_seconds.get(end as usize)),
+                kept::primitive(current, labels)
+                    .and_then(|series| series.held_seconds.get(end as usize)),
                 || {
                     let end = match end {
                         End::Unlocked => "unlocked",
@@ -346,7 +374,7 @@ impl Hold {
                     };
                     metrics::histogram!("redmutex_held_seconds", labels.with("end", end).pairs())
                 },
-                |histogram| histogram.record(self.started.elapsed()),
+                |histogram| histogram.record(started.elapsed()),
             );
             true
         }
@@ -390,19 +418,25 @@ pub(crate) fn lost(labels: &Labels, hold: &mut Hold, reason: Lost) {
         return;
     }
     #[cfg(feature = "metrics")]
-    kept::counter(
-        kept::primitive(labels).and_then(|series| series.lost.get(reason as usize)),
-        || {
-            let reason = match reason {
-                Lost::Expired => "expired",
-                Lost::Taken => "taken",
-                Lost::KeepAliveFailed => "keep_alive_failed",
-                Lost::KeepAliveTimedOut => "keep_alive_timed_out",
-            };
-            metrics::counter!("redmutex_lost_total", labels.with("reason", reason).pairs())
-        },
-        |counter| counter.increment(1),
-    );
+    {
+        let current = kept::current();
+        if current == kept::Current::Nothing {
+            return;
+        }
+        kept::counter(
+            kept::primitive(current, labels).and_then(|series| series.lost.get(reason as usize)),
+            || {
+                let reason = match reason {
+                    Lost::Expired => "expired",
+                    Lost::Taken => "taken",
+                    Lost::KeepAliveFailed => "keep_alive_failed",
+                    Lost::KeepAliveTimedOut => "keep_alive_timed_out",
+                };
+                metrics::counter!("redmutex_lost_total", labels.with("reason", reason).pairs())
+            },
+            |counter| counter.increment(1),
+        );
+    }
     #[cfg(not(feature = "metrics"))]
     let _ = (labels, reason);
 }
@@ -504,7 +538,11 @@ pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, start
             Err(kind) if kind.is_refusal() => NodeOutcome::Refused,
             Err(_) => NodeOutcome::Error,
         };
-        let kept = kept::global_is_current();
+        let current = kept::current();
+        if current == kept::Current::Nothing {
+            return;
+        }
+        let kept = current == kept::Current::Global;
         kept::histogram(
             kept.then(|| kept::NODE_SECONDS.get(node)).flatten(),
             || node_series!(seconds, node),
@@ -521,9 +559,35 @@ pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, start
 #[inline]
 pub(crate) fn node_timed_out(node: usize) {
     #[cfg(feature = "metrics")]
-    node_request(node, NodeOutcome::Timeout, kept::global_is_current());
+    match kept::current() {
+        kept::Current::Nothing => {}
+        current => node_request(node, NodeOutcome::Timeout, current == kept::Current::Global),
+    }
     #[cfg(not(feature = "metrics"))]
     let _ = node;
+}
+
+/// What one uncontended `lock()` + `unlock()` of a mutex records, in the order it records it:
+/// the call starts, each node answers the acquire, the attempt is counted, the hold starts, the
+/// call returns, each node answers the release, the hold ends. For `internals::record_cycle`.
+#[cfg(feature = "metrics")]
+pub(crate) fn record_cycle(nodes: usize, sent: Instant) {
+    const LABELS: Labels = Labels {
+        primitive: "mutex",
+        use_label: None,
+    };
+    let acquired = Ok::<(), Error>(());
+    let call = Acquiring::start(&LABELS);
+    for node in 0..nodes {
+        node_reply(node, &Ok::<(), NodeErrorKind>(()), sent);
+    }
+    attempt(&LABELS, &acquired);
+    let mut hold = Hold::start(&LABELS);
+    call.returned(&acquired);
+    for node in 0..nodes {
+        node_reply(node, &Ok::<(), NodeErrorKind>(()), sent);
+    }
+    hold.end(End::Unlocked);
 }
 
 /// Handles kept from one recording to the next, for the global recorder only.
@@ -564,22 +628,41 @@ mod kept {
         static NOT_GLOBAL: Cell<usize> = const { Cell::new(0) };
     }
 
+    /// Where a recording on this thread goes.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Current {
+        /// Nowhere: no recorder is installed (the facade's no-op recorder is current), so the
+        /// recording is skipped before anything is measured or registered.
+        Nothing,
+        /// The global recorder, through kept handles.
+        Global,
+        /// Another recorder (a local one): each recording registers its series with it.
+        Local,
+    }
+
+    /// Which recorder is current on this thread.
+    #[inline]
+    pub(super) fn current() -> Current {
+        match address() {
+            None => Current::Nothing,
+            Some(address) if is_global(address) => Current::Global,
+            Some(_) => Current::Local,
+        }
+    }
+
     /// The address of the recorder current on this thread, or `None` for a recorder of no size
     /// (the facade's no-op recorder when none is installed): values of no size may share an
     /// address, so it says nothing of which recorder it is.
-    fn current() -> Option<usize> {
+    fn address() -> Option<usize> {
         metrics::with_recorder(|recorder: &dyn Recorder| {
             let address = (recorder as *const dyn Recorder).cast::<()>() as usize;
             (size_of_val(recorder) > 0).then_some(address)
         })
     }
 
-    /// Whether the recorder current on this thread is the global one.
+    /// Whether the recorder at `current`, current on this thread, is the global one.
     #[inline]
-    pub(super) fn global_is_current() -> bool {
-        let Some(current) = current() else {
-            return false;
-        };
+    fn is_global(current: usize) -> bool {
         let global = GLOBAL.load(Ordering::Relaxed);
         if global != 0 {
             return current == global;
@@ -596,7 +679,7 @@ mod kept {
     fn probe(current: usize) -> bool {
         let global = std::thread::Builder::new()
             .name("redmutex-metrics".into())
-            .spawn(self::current)
+            .spawn(address)
             .ok()
             .and_then(|probe| probe.join().ok())
             .flatten();
@@ -612,10 +695,10 @@ mod kept {
         false
     }
 
-    /// The series of one label set: `None` unless the global recorder is current.
+    /// The series of one label set: `None` unless the global recorder is `current`.
     #[inline]
-    pub(super) fn primitive(labels: &Labels) -> Option<&'static Primitive> {
-        global_is_current().then(|| Primitive::of(labels))
+    pub(super) fn primitive(current: Current, labels: &Labels) -> Option<&'static Primitive> {
+        (current == Current::Global).then(|| Primitive::of(labels))
     }
 
     /// The handles of one primitive label set (kind and `use`), each registered on first use so
