@@ -99,6 +99,7 @@ pub(crate) async fn all(
     shuffle: bool,
 ) -> Tally {
     let started = Instant::now();
+    let replies = metrics::NodeReplies::sent(started);
     let mut slots: Vec<Slot> = nodes
         .iter()
         .enumerate()
@@ -111,11 +112,11 @@ pub(crate) async fn all(
     if shuffle {
         slots.shuffle(&mut rand::rng());
     }
-    let request = &request;
+    let (request, replies) = (&request, &replies);
     // Polled in slot order, so the requests are issued in that order.
     let calls = join_all(slots.iter_mut().map(|slot| async move {
         let reply = call(&mut slot.connection, request).await;
-        trace_reply(request, slot.node, &reply, started);
+        trace_reply(request, replies, slot.node, &reply, started);
         slot.reply = Some(reply);
     }));
     // A timeout drops the calls still pending, which stops them (see `Stragglers`). Past the
@@ -128,7 +129,7 @@ pub(crate) async fn all(
     for slot in slots {
         let reply = match slot.reply {
             Some(reply) => reply,
-            None => timed_out_reply(request, slot.node, slot.connection, timeout),
+            None => timed_out_reply(request, replies, slot.node, slot.connection, timeout),
         };
         tally.add(slot.node, reply);
     }
@@ -140,19 +141,26 @@ pub(crate) async fn all(
 /// follow-up on the node's connection.
 fn timed_out_reply(
     request: &Request,
+    replies: &metrics::NodeReplies,
     node: usize,
     connection: NodeConnection,
     timeout: Duration,
 ) -> Reply {
     request.follow_up(connection);
     tracing::trace!(op = request.op_name(), node, ?timeout, "node timed out");
-    metrics::node_timed_out(node);
+    replies.timed_out(node);
     Err(NodeErrorKind::Timeout(timeout))
 }
 
 /// Traces and records a reply.
-fn trace_reply(request: &Request, node: usize, reply: &Reply, started: Instant) {
-    metrics::node_reply(node, reply, started);
+fn trace_reply(
+    request: &Request,
+    replies: &metrics::NodeReplies,
+    node: usize,
+    reply: &Reply,
+    started: Instant,
+) {
+    replies.reply(node, reply);
     tracing::trace!(
         op = request.op_name(),
         node,
@@ -211,6 +219,7 @@ async fn gather(
 ) -> (Tally, Option<InFlight>) {
     let request = Arc::new(request);
     let started = Instant::now();
+    let replies = metrics::NodeReplies::sent(started);
     let deadline = started + timeout;
     let mut timer = pin!(sleep_until(deadline.into()));
     let mut calls = fan_out(nodes, &request, shuffle);
@@ -220,7 +229,7 @@ async fn gather(
         // Each wake-up takes every reply that is in, even after the verdict is decided: those
         // cost nothing to take, and each is one call less to finish in the background.
         let record = |node, reply: Reply| {
-            trace_reply(&request, node, &reply, started);
+            trace_reply(&request, &replies, node, &reply, started);
             tally.add(node, reply);
         };
         match calls.poll_replies(cx, record) {
@@ -235,7 +244,8 @@ async fn gather(
         for (node, call) in calls.pending.drain(..) {
             drop(call);
             let connection = nodes[node].connection.clone();
-            tally.add(node, timed_out_reply(&request, node, connection, timeout));
+            let reply = timed_out_reply(&request, &replies, node, connection, timeout);
+            tally.add(node, reply);
         }
     }
     tally.close(calls.pending.iter().map(|(node, _)| *node));

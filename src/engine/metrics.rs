@@ -87,6 +87,18 @@ fn outcome_label(index: usize, ok: &'static str) -> &'static str {
     index.checked_sub(1).map_or(ok, |failure| FAILURES[failure])
 }
 
+/// The time since an instant, in seconds, read when a histogram takes it: a handle that records
+/// nothing (the no-op recorder's, or a series the application filtered out) reads no clock.
+#[cfg(feature = "metrics")]
+struct Since(Instant);
+
+#[cfg(feature = "metrics")]
+impl metrics::IntoF64 for Since {
+    fn into_f64(self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
+}
+
 /// One attempt to acquire ended (`redmutex_attempts_total`).
 #[inline]
 pub(crate) fn attempt<T>(labels: &Labels, outcome: &Result<T, Error>) {
@@ -201,7 +213,7 @@ impl Acquiring {
                     labels.with("outcome", outcome).pairs()
                 )
             },
-            |histogram| histogram.record(started.elapsed()),
+            |histogram| histogram.record(Since(started)),
         );
     }
 }
@@ -249,11 +261,46 @@ pub(crate) fn handoff(mode: Handoff) {
     let _ = mode;
 }
 
+/// The handle a gauge went up by, kept by what must take it down by the same one.
+#[cfg(feature = "metrics")]
+enum GaugeHandle {
+    /// The global recorder's, kept as long as the process lives: no reference count to touch.
+    Kept(&'static metrics::Gauge),
+    /// Registered with a local recorder (or the no-op one) for this use alone.
+    Registered(metrics::Gauge),
+}
+
+#[cfg(feature = "metrics")]
+impl GaugeHandle {
+    /// The gauge of `labels` that `slot` picks, in the recorder `current` is.
+    fn new(
+        current: kept::Current,
+        labels: &Labels,
+        slot: fn(&'static kept::Primitive) -> &'static std::sync::OnceLock<metrics::Gauge>,
+        register: impl FnOnce() -> metrics::Gauge,
+    ) -> GaugeHandle {
+        match kept::primitive(current, labels) {
+            Some(series) => GaugeHandle::Kept(slot(series).get_or_init(register)),
+            None if current == kept::Current::Nothing => {
+                GaugeHandle::Registered(metrics::Gauge::noop())
+            }
+            None => GaugeHandle::Registered(register()),
+        }
+    }
+
+    fn get(&self) -> &metrics::Gauge {
+        match self {
+            GaugeHandle::Kept(gauge) => gauge,
+            GaugeHandle::Registered(gauge) => gauge,
+        }
+    }
+}
+
 /// A call counted in `redmutex_waiting` while this lives: dropped when the call returns or is
 /// cancelled, so the gauge cannot drift.
 pub(crate) struct Waiter {
     #[cfg(feature = "metrics")]
-    gauge: metrics::Gauge,
+    gauge: GaugeHandle,
 }
 
 impl Waiter {
@@ -265,12 +312,8 @@ impl Waiter {
             let register = || metrics::gauge!("redmutex_waiting", labels.alone().pairs());
             // The handle the gauge went up by is the one it goes down by, whichever recorder is
             // current when the call returns.
-            let gauge = match kept::primitive(current, labels) {
-                Some(series) => series.waiting.get_or_init(register).clone(),
-                None if current == kept::Current::Nothing => metrics::Gauge::noop(),
-                None => register(),
-            };
-            gauge.increment(1.0);
+            let gauge = GaugeHandle::new(current, labels, |series| &series.waiting, register);
+            gauge.get().increment(1.0);
             Waiter { gauge }
         }
         #[cfg(not(feature = "metrics"))]
@@ -284,7 +327,7 @@ impl Waiter {
 #[cfg(feature = "metrics")]
 impl Drop for Waiter {
     fn drop(&mut self) {
-        self.gauge.decrement(1.0);
+        self.gauge.get().decrement(1.0);
     }
 }
 
@@ -309,7 +352,7 @@ pub(crate) struct Hold {
     /// The handle the gauge went up by, so that it goes down by the same one whichever recorder
     /// is current where the hold ends (often a `Drop` on another thread).
     #[cfg(feature = "metrics")]
-    gauge: metrics::Gauge,
+    gauge: GaugeHandle,
     /// `None` where no recorder was installed when the hold started: nothing to time it for.
     #[cfg(feature = "metrics")]
     started: Option<Instant>,
@@ -324,12 +367,8 @@ impl Hold {
         {
             let current = kept::current();
             let register = || metrics::gauge!("redmutex_held", labels.alone().pairs());
-            let gauge = match kept::primitive(current, labels) {
-                Some(series) => series.held.get_or_init(register).clone(),
-                None if current == kept::Current::Nothing => metrics::Gauge::noop(),
-                None => register(),
-            };
-            gauge.increment(1.0);
+            let gauge = GaugeHandle::new(current, labels, |series| &series.held, register);
+            gauge.get().increment(1.0);
             Hold {
                 labels: *labels,
                 gauge,
@@ -353,7 +392,7 @@ impl Hold {
                 return false;
             }
             self.ended = true;
-            self.gauge.decrement(1.0);
+            self.gauge.get().decrement(1.0);
             let Some(started) = self.started else {
                 return true;
             };
@@ -374,7 +413,7 @@ impl Hold {
                     };
                     metrics::histogram!("redmutex_held_seconds", labels.with("end", end).pairs())
                 },
-                |histogram| histogram.record(started.elapsed()),
+                |histogram| histogram.record(Since(started)),
             );
             true
         }
@@ -519,52 +558,83 @@ fn node_request(node: usize, outcome: NodeOutcome, kept: bool) {
     );
 }
 
-/// Node `node` answered a request sent at `started` (`redmutex_node_requests_total` and
-/// `redmutex_node_seconds`).
-#[inline]
-pub(crate) fn node_reply<T>(node: usize, reply: &Result<T, NodeErrorKind>, started: Instant) {
+/// The node series of one fan-out (`redmutex_node_requests_total` and `redmutex_node_seconds`):
+/// where its replies are recorded is learned once, when its requests go out, rather than at each
+/// reply.
+#[derive(Clone, Copy)]
+pub(crate) struct NodeReplies {
     #[cfg(feature = "metrics")]
-    {
-        let outcome = match reply {
-            // An answer, whatever it says of the lock: the node is healthy.
-            Ok(_)
-            | Err(
-                NodeErrorKind::Taken
-                | NodeErrorKind::Missing
-                | NodeErrorKind::InLine { .. }
-                | NodeErrorKind::LineAhead,
-            ) => NodeOutcome::Ok,
-            Err(NodeErrorKind::Timeout(_)) => NodeOutcome::Timeout,
-            Err(kind) if kind.is_refusal() => NodeOutcome::Refused,
-            Err(_) => NodeOutcome::Error,
-        };
-        let current = kept::current();
-        if current == kept::Current::Nothing {
-            return;
-        }
-        let kept = current == kept::Current::Global;
-        kept::histogram(
-            kept.then(|| kept::NODE_SECONDS.get(node)).flatten(),
-            || node_series!(seconds, node),
-            |histogram| histogram.record(started.elapsed()),
-        );
-        node_request(node, outcome, kept);
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (node, reply, started);
+    current: kept::Current,
+    #[cfg(feature = "metrics")]
+    sent: Instant,
 }
 
-/// Node `node` did not answer within the node timeout: a `timeout` in
-/// `redmutex_node_requests_total` (and no reply time).
-#[inline]
-pub(crate) fn node_timed_out(node: usize) {
-    #[cfg(feature = "metrics")]
-    match kept::current() {
-        kept::Current::Nothing => {}
-        current => node_request(node, NodeOutcome::Timeout, current == kept::Current::Global),
+impl NodeReplies {
+    /// A fan-out whose requests went out at `sent`.
+    #[inline]
+    pub(crate) fn sent(sent: Instant) -> NodeReplies {
+        #[cfg(feature = "metrics")]
+        {
+            NodeReplies {
+                current: kept::current(),
+                sent,
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = sent;
+            NodeReplies {}
+        }
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = node;
+
+    /// Node `node` answered.
+    #[inline]
+    pub(crate) fn reply<T>(&self, node: usize, reply: &Result<T, NodeErrorKind>) {
+        #[cfg(feature = "metrics")]
+        {
+            if self.current == kept::Current::Nothing {
+                return;
+            }
+            let outcome = match reply {
+                // An answer, whatever it says of the lock: the node is healthy.
+                Ok(_)
+                | Err(
+                    NodeErrorKind::Taken
+                    | NodeErrorKind::Missing
+                    | NodeErrorKind::InLine { .. }
+                    | NodeErrorKind::LineAhead,
+                ) => NodeOutcome::Ok,
+                Err(NodeErrorKind::Timeout(_)) => NodeOutcome::Timeout,
+                Err(kind) if kind.is_refusal() => NodeOutcome::Refused,
+                Err(_) => NodeOutcome::Error,
+            };
+            let kept = self.current == kept::Current::Global;
+            kept::histogram(
+                kept.then(|| kept::NODE_SECONDS.get(node)).flatten(),
+                || node_series!(seconds, node),
+                |histogram| histogram.record(Since(self.sent)),
+            );
+            node_request(node, outcome, kept);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (node, reply);
+    }
+
+    /// Node `node` did not answer within the node timeout: a `timeout` in
+    /// `redmutex_node_requests_total` (and no reply time).
+    #[inline]
+    pub(crate) fn timed_out(&self, node: usize) {
+        #[cfg(feature = "metrics")]
+        if self.current != kept::Current::Nothing {
+            node_request(
+                node,
+                NodeOutcome::Timeout,
+                self.current == kept::Current::Global,
+            );
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = node;
+    }
 }
 
 /// What one uncontended `lock()` + `unlock()` of a mutex records, in the order it records it:
@@ -578,14 +648,16 @@ pub(crate) fn record_cycle(nodes: usize, sent: Instant) {
     };
     let acquired = Ok::<(), Error>(());
     let call = Acquiring::start(&LABELS);
+    let replies = NodeReplies::sent(sent);
     for node in 0..nodes {
-        node_reply(node, &Ok::<(), NodeErrorKind>(()), sent);
+        replies.reply(node, &Ok::<(), NodeErrorKind>(()));
     }
     attempt(&LABELS, &acquired);
     let mut hold = Hold::start(&LABELS);
     call.returned(&acquired);
+    let replies = NodeReplies::sent(sent);
     for node in 0..nodes {
-        node_reply(node, &Ok::<(), NodeErrorKind>(()), sent);
+        replies.reply(node, &Ok::<(), NodeErrorKind>(()));
     }
     hold.end(End::Unlocked);
 }
@@ -836,15 +908,15 @@ mod tests {
     fn a_node_that_answers_anything_is_ok_and_a_refusal_is_not_an_error() {
         let started = Instant::now();
         let series = recorded(|| {
-            node_reply(0, &Ok::<u64, _>(1), started);
-            node_reply(1, &Err::<u64, _>(NodeErrorKind::Taken), started);
-            node_reply(2, &Err::<u64, _>(NodeErrorKind::CrossSlot), started);
-            node_reply(
+            let replies = NodeReplies::sent(started);
+            replies.reply(0, &Ok::<u64, _>(1));
+            replies.reply(1, &Err::<u64, _>(NodeErrorKind::Taken));
+            replies.reply(2, &Err::<u64, _>(NodeErrorKind::CrossSlot));
+            replies.reply(
                 20,
                 &Err::<u64, _>(NodeErrorKind::UnexpectedReply("x".into())),
-                started,
             );
-            node_timed_out(3);
+            replies.timed_out(3);
         });
         assert_eq!(
             names(&series),
@@ -867,8 +939,9 @@ mod tests {
     /// this).
     #[test]
     fn node_series_follow_the_recorder() {
-        let first = recorded(|| node_reply(0, &Ok::<u64, _>(1), Instant::now()));
-        let second = recorded(|| node_reply(0, &Ok::<u64, _>(1), Instant::now()));
+        let reply = || NodeReplies::sent(Instant::now()).reply(0, &Ok::<u64, _>(1));
+        let first = recorded(reply);
+        let second = recorded(reply);
         for series in [first, second] {
             let ok = series
                 .iter()
@@ -928,7 +1001,7 @@ mod tests {
         };
         let record = || {
             attempt(&labels, &Ok::<(), Error>(()));
-            node_timed_out(15);
+            NodeReplies::sent(Instant::now()).timed_out(15);
         };
         // Before a global recorder: into no recorder, then into a local one.
         record();
