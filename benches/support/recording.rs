@@ -1,7 +1,8 @@
 //! The recorder of the **redmutex metrics** contender (built with `--features metrics`): a
 //! Prometheus recorder, installed for the whole process once and switched on for that
 //! contender's rounds only, so that every other row records nothing. A thread renders it every
-//! 5 s, as a scraper would make it.
+//! 5 s, as a scraper would make it. `BENCH_METRICS_FILTER=name,...` drops those series as
+//! metrics-util's `FilterLayer` does (say, `redmutex_node_seconds`).
 //!
 //! The switch is in the handles, not in registering them: redmutex keeps the handles it
 //! registered with the global recorder, so a handle registered during another row's round must
@@ -27,6 +28,7 @@ mod switched {
         Recorder, SharedString, Unit,
     };
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+    use metrics_util::layers::{FilterLayer, Layer};
 
     static ON: AtomicBool = AtomicBool::new(false);
     static INSTALLED: OnceLock<()> = OnceLock::new();
@@ -46,7 +48,17 @@ mod switched {
             .expect("valid buckets")
             .build_recorder();
         let handle = recorder.handle();
-        metrics::set_global_recorder(Switched { inner: recorder }).expect("the only recorder");
+        let switched = Switched { inner: recorder };
+        let filter = std::env::var("BENCH_METRICS_FILTER").unwrap_or_default();
+        let patterns: Vec<&str> = filter.split(',').filter(|name| !name.is_empty()).collect();
+        if patterns.is_empty() {
+            metrics::set_global_recorder(switched).expect("the only recorder");
+        } else {
+            // Filtered series get the facade's no-op handles, as an application's FilterLayer
+            // gives them (doc/metrics.md, *Recording less*), not switched ones.
+            let filtered = FilterLayer::from_patterns(patterns).layer(switched);
+            metrics::set_global_recorder(filtered).expect("the only recorder");
+        }
         std::thread::spawn(move || {
             loop {
                 std::thread::sleep(Duration::from_secs(5));
