@@ -50,29 +50,44 @@ fn recording(c: &mut Criterion) {
     });
 }
 
-/// The floor: the exporter's own work for what one cycle records (12 histogram values, 11
-/// counts, 2 gauge updates), through handles registered up front and values known in advance,
-/// so that none of redmutex's work (finding a handle, reading the clock) is in it.
+/// The floor: the exporter's own work for what one cycle records, in the series a cycle records
+/// it into (12 histogram values: two into each node's reply times, one wait, one hold; 11 counts:
+/// two into each node's requests, one attempt; the held gauge up and down), through handles
+/// registered up front and values known in advance, so that none of redmutex's work (finding a
+/// handle, reading the clock) is in it.
 fn exporter_alone(c: &mut Criterion) {
     let (prometheus, _) = install();
-    let values: Vec<_> = (0..12)
-        .map(|i| metrics::histogram!("floor_seconds", "series" => i.to_string()))
+    let nodes: Vec<_> = (0..NODES)
+        .map(|node| {
+            let node = node.to_string();
+            (
+                metrics::histogram!("floor_node_seconds", "node" => node.clone()),
+                metrics::counter!("floor_node_requests_total", "node" => node),
+            )
+        })
         .collect();
-    let counts: Vec<_> = (0..11)
-        .map(|i| metrics::counter!("floor_total", "series" => i.to_string()))
-        .collect();
-    let gauge = metrics::gauge!("floor");
+    let (wait, hold) = (
+        metrics::histogram!("floor_acquire_seconds"),
+        metrics::histogram!("floor_held_seconds"),
+    );
+    let attempts = metrics::counter!("floor_attempts_total");
+    let held = metrics::gauge!("floor_held");
     c.bench_function("the exporter alone, one cycle's values", |b| {
         b.iter_custom(|cycles| {
             scraped(prometheus, cycles, || {
-                for value in &values {
-                    value.record(black_box(0.000_3));
+                for (seconds, requests) in &nodes {
+                    seconds.record(black_box(0.000_3));
+                    requests.increment(1);
                 }
-                for count in &counts {
-                    count.increment(1);
+                attempts.increment(1);
+                held.increment(1.0);
+                wait.record(black_box(0.000_6));
+                for (seconds, requests) in &nodes {
+                    seconds.record(black_box(0.000_3));
+                    requests.increment(1);
                 }
-                gauge.increment(1.0);
-                gauge.decrement(1.0);
+                hold.record(black_box(0.000_4));
+                held.decrement(1.0);
             })
         })
     });

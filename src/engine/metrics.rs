@@ -88,7 +88,7 @@ fn outcome_label(index: usize, ok: &'static str) -> &'static str {
 }
 
 /// The time since an instant, in seconds, read when a histogram takes it: a handle that records
-/// nothing (the no-op recorder's, or a series the application filtered out) reads no clock.
+/// nothing (a series the application filtered out) reads no clock.
 #[cfg(feature = "metrics")]
 struct Since(Instant);
 
@@ -266,7 +266,8 @@ pub(crate) fn handoff(mode: Handoff) {
 enum GaugeHandle {
     /// The global recorder's, kept as long as the process lives: no reference count to touch.
     Kept(&'static metrics::Gauge),
-    /// Registered with a local recorder (or the no-op one) for this use alone.
+    /// Registered with another recorder for this use alone, or the facade's no-op handle where
+    /// no recorder was installed.
     Registered(metrics::Gauge),
 }
 
@@ -341,6 +342,13 @@ pub(crate) enum End {
     /// An extend or a keep-alive found it gone, taken, or could not keep it.
     Lost,
     /// The last handle was dropped without `unlock()`, while still valid.
+    #[cfg_attr(
+        not(feature = "metrics"),
+        allow(
+            dead_code,
+            reason = "only `drop_at` ends a hold so, and only with the feature"
+        )
+    )]
     Dropped,
 }
 
@@ -427,12 +435,20 @@ impl Hold {
     /// Ends a hold whose last handle goes: dropped while valid, expired after `valid_until`.
     #[inline]
     pub(crate) fn drop_at(&mut self, valid_until: Instant) {
-        let end = if Instant::now() < valid_until {
-            End::Dropped
-        } else {
-            End::Expired
-        };
-        self.end(end);
+        #[cfg(feature = "metrics")]
+        {
+            if self.ended {
+                return;
+            }
+            // A hold started with no recorder is timed by nothing: no clock to read for it.
+            let end = match self.started {
+                Some(_) if Instant::now() >= valid_until => End::Expired,
+                _ => End::Dropped,
+            };
+            self.end(end);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = valid_until;
     }
 }
 
@@ -559,8 +575,10 @@ fn node_request(node: usize, outcome: NodeOutcome, kept: bool) {
 }
 
 /// The node series of one fan-out (`redmutex_node_requests_total` and `redmutex_node_seconds`):
-/// where its replies are recorded is learned once, when its requests go out, rather than at each
-/// reply.
+/// which recorder its replies go to is learned once, when its requests go out, rather than at each
+/// reply. A fan-out that starts with no recorder installed records none of its replies, and one
+/// that starts with the global recorder current records them all there; with another recorder,
+/// each reply registers its series with the recorder current when it comes in.
 #[derive(Clone, Copy)]
 pub(crate) struct NodeReplies {
     #[cfg(feature = "metrics")]
@@ -708,28 +726,57 @@ mod kept {
         Nothing,
         /// The global recorder, through kept handles.
         Global,
-        /// Another recorder (a local one): each recording registers its series with it.
+        /// Another recorder (a local one, or one of no size): each recording registers its
+        /// series with it.
         Local,
+    }
+
+    /// The recorder current on this thread, as far as the facade lets it be told apart.
+    enum Seen {
+        /// The facade's no-op recorder: none is installed.
+        Noop,
+        /// A recorder of some size, at this address (which no other recorder has while it lives).
+        At(usize),
+        /// Another recorder of no size. Values of no size may share any address, so its address
+        /// says nothing of which one it is.
+        NoSize,
     }
 
     /// Which recorder is current on this thread.
     #[inline]
     pub(super) fn current() -> Current {
-        match address() {
-            None => Current::Nothing,
-            Some(address) if is_global(address) => Current::Global,
-            Some(_) => Current::Local,
+        match seen() {
+            Seen::Noop => Current::Nothing,
+            Seen::At(address) if is_global(address) => Current::Global,
+            Seen::At(_) | Seen::NoSize => Current::Local,
         }
     }
 
-    /// The address of the recorder current on this thread, or `None` for a recorder of no size
-    /// (the facade's no-op recorder when none is installed): values of no size may share an
-    /// address, so it says nothing of which recorder it is.
-    fn address() -> Option<usize> {
+    fn seen() -> Seen {
         metrics::with_recorder(|recorder: &dyn Recorder| {
-            let address = (recorder as *const dyn Recorder).cast::<()>() as usize;
-            (size_of_val(recorder) > 0).then_some(address)
+            let pointer: *const dyn Recorder = recorder;
+            if size_of_val(recorder) > 0 {
+                return Seen::At(pointer.cast::<()>() as usize);
+            }
+            // The no-op recorder is told apart from another recorder of no size by its vtable,
+            // compared at one address. A vtable may be emitted more than once, so a no-op recorder
+            // can fail to match: it is then taken for another recorder and its series registered
+            // at each recording, which is slower, never wrong. The other way round cannot happen.
+            let noop: *const dyn Recorder = &metrics::NoopRecorder;
+            if std::ptr::eq(pointer, noop.with_addr(pointer.addr())) {
+                Seen::Noop
+            } else {
+                Seen::NoSize
+            }
         })
+    }
+
+    /// The address of the recorder current on this thread, if it has a size (see [`Seen`]).
+    fn address() -> Option<usize> {
+        match seen() {
+            Seen::At(address) => Some(address),
+            Seen::Noop | Seen::NoSize => None,
+        }
     }
 
     /// Whether the recorder at `current`, current on this thread, is the global one.
@@ -1037,6 +1084,50 @@ mod tests {
         // Other tests of this process may record node series into it too.
         let timeouts = count(&global, timed_out);
         assert!(timeouts >= Some(3), "the global recorder's: {timeouts:?}");
+    }
+
+    /// A recorder of no size other than the facade's no-op one (metrics' own examples print from
+    /// one) is recorded into like any other: only the no-op recorder means none is installed.
+    #[test]
+    fn a_recorder_of_no_size_is_recorded_into() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        use metrics::{
+            Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString,
+            Unit,
+        };
+
+        static COUNTED: AtomicU64 = AtomicU64::new(0);
+        struct Counting;
+        impl CounterFn for Counting {
+            fn increment(&self, value: u64) {
+                COUNTED.fetch_add(value, Ordering::SeqCst);
+            }
+            fn absolute(&self, _: u64) {}
+        }
+        struct NoSize;
+        impl Recorder for NoSize {
+            fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+            fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+            fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+            fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+                Counter::from_arc(Arc::new(Counting))
+            }
+            fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+                Gauge::noop()
+            }
+            fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+                Histogram::noop()
+            }
+        }
+
+        assert_eq!(size_of::<NoSize>(), 0);
+        metrics::with_local_recorder(&NoSize, || {
+            attempt(&MUTEX, &Ok::<(), Error>(()));
+            NodeReplies::sent(Instant::now()).reply(0, &Ok::<(), NodeErrorKind>(()));
+        });
+        assert_eq!(COUNTED.load(Ordering::SeqCst), 2, "an attempt and a reply");
     }
 
     #[test]
