@@ -925,7 +925,14 @@ mod tests {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         metrics::with_local_recorder(&recorder, record);
-        let mut series: Vec<_> = snapshotter
+        let mut series = series(&snapshotter);
+        series.sort_by(|a, b| a.0.cmp(&b.0));
+        series
+    }
+
+    /// What `snapshotter`'s recorder holds: each series as `name{k=v,...}` with its value.
+    fn series(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<(String, DebugValue)> {
+        snapshotter
             .snapshot()
             .into_vec()
             .into_iter()
@@ -937,9 +944,7 @@ mod tests {
                     .collect();
                 (format!("{}{{{}}}", key.name(), labels.join(",")), value)
             })
-            .collect();
-        series.sort_by(|a, b| a.0.cmp(&b.0));
-        series
+            .collect()
     }
 
     fn names(series: &[(String, DebugValue)]) -> Vec<&str> {
@@ -1067,19 +1072,7 @@ mod tests {
             assert_eq!(count(&series, acquired), Some(1), "the local recorder's");
             assert_eq!(count(&series, timed_out), Some(1), "the local recorder's");
         }
-        let global: Vec<_> = snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .map(|(key, _, _, value)| {
-                let key = key.key();
-                let labels: Vec<String> = key
-                    .labels()
-                    .map(|label| format!("{}={}", label.key(), label.value()))
-                    .collect();
-                (format!("{}{{{}}}", key.name(), labels.join(",")), value)
-            })
-            .collect();
+        let global = series(&snapshotter);
         assert_eq!(count(&global, acquired), Some(3), "the global recorder's");
         // Other tests of this process may record node series into it too.
         let timeouts = count(&global, timed_out);

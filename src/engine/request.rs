@@ -244,10 +244,11 @@ impl Request {
         }
     }
 
-    /// The same script sent in full to a member of kind `member`, for a node that does not have
-    /// it cached (NOSCRIPT). `None` when the command is no script, or the member refuses it.
-    fn eval_cmd(&self, member: Member) -> Option<Cmd> {
-        if !self.target.is_script(self.op)
+    /// `op`'s script on this request's target, sent in full to a member of kind `member`, for a
+    /// node that does not have it cached (NOSCRIPT). `None` when `op` runs no script, or the
+    /// member refuses it.
+    fn eval_cmd(&self, op: Op, member: Member) -> Option<Cmd> {
+        if !self.target.is_script(op)
             || (member == Member::Cluster && self.cluster_refusal().is_err())
         {
             return None;
@@ -255,7 +256,7 @@ impl Request {
         let (value, millis) = (&self.value, self.millis);
         Some(
             self.target
-                .command(self.op, Delivery::Inline, member, value, millis),
+                .command(op, Delivery::Inline, member, value, millis),
         )
     }
 
@@ -268,7 +269,7 @@ impl Request {
             return;
         }
         let member = connection.member();
-        let eval = self.eval_cmd(member);
+        let eval = self.eval_cmd(self.op, member);
         let (Some(eval), Ok(runtime)) = (eval, tokio::runtime::Handle::try_current()) else {
             return;
         };
@@ -391,10 +392,12 @@ pub(crate) async fn call(
     let needs = request.needs_on(member);
     let reply = match connection.send_for(needs, packed).await? {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
-        Value::ServerError(error) if error.code() == "NOSCRIPT" => match request.eval_cmd(member) {
-            Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
-            None => Value::ServerError(error),
-        },
+        Value::ServerError(error) if error.code() == "NOSCRIPT" => {
+            match request.eval_cmd(request.op, member) {
+                Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
+                None => Value::ServerError(error),
+            }
+        }
         reply => reply,
     };
     // A plain entry (always a pipeline) decides what the node's state lets it decide, the script
@@ -436,15 +439,17 @@ async fn settle(
             Ok(reply)
         }
         Settled::Release(reply) => {
-            let needs = request.needs_of(request.release, member);
+            let (op, needs) = (request.release, request.needs_of(request.release, member));
             let (value, millis) = (&request.value, request.millis);
-            let target = &request.target;
-            let cmd = target.command(request.release, Delivery::ByDigest, member, value, millis);
+            let cmd = request
+                .target
+                .command(op, Delivery::ByDigest, member, value, millis);
             let done = match connection.send_for(needs, Packed::One(&cmd)).await? {
                 Value::ServerError(error) if error.code() == "NOSCRIPT" => {
-                    let eval =
-                        target.command(request.release, Delivery::Inline, member, value, millis);
-                    connection.send_for(needs, Packed::One(&eval)).await?
+                    match request.eval_cmd(op, member) {
+                        Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
+                        None => Value::ServerError(error),
+                    }
                 }
                 done => done,
             };
@@ -457,7 +462,7 @@ async fn settle(
             let cmd = target.command(request.op, request.delivery, member, value, millis);
             Ok(match connection.send_for(needs, Packed::One(&cmd)).await? {
                 Value::ServerError(error) if error.code() == "NOSCRIPT" => {
-                    match request.eval_cmd(member) {
+                    match request.eval_cmd(request.op, member) {
                         Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
                         None => Value::ServerError(error),
                     }
@@ -648,7 +653,7 @@ mod tests {
             (Member::Standalone, "PUBLISH"),
             (Member::Cluster, "SPUBLISH"),
         ] {
-            let eval = words(&request.eval_cmd(member).expect("a script"));
+            let eval = words(&request.eval_cmd(request.op, member).expect("a script"));
             assert_eq!(eval[0], "EVAL");
             assert_eq!(eval.last().map(String::as_str), Some(verb));
         }
@@ -704,10 +709,10 @@ mod tests {
             Ok(_) => panic!("sent across slots"),
         }
         assert!(
-            across.eval_cmd(Member::Cluster).is_none(),
+            across.eval_cmd(across.op, Member::Cluster).is_none(),
             "no fallback either"
         );
-        assert!(across.eval_cmd(Member::Standalone).is_some());
+        assert!(across.eval_cmd(across.op, Member::Standalone).is_some());
         for names in [&["{o}:a", "{o}:b", "o"][..], &["a"], &["a", "a"]] {
             assert!(build(names).message(Member::Cluster).is_ok(), "{names:?}");
         }
