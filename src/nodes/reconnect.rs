@@ -320,19 +320,21 @@ impl Reconnecting {
             } if Instant::now() < *retry_at => return Current::Failed(error.clone()),
             Slot::Idle { backoff, .. } => *backoff,
         };
-        match self.start_connecting(backoff) {
-            Some(pending) => {
-                *slot = Slot::Connecting(pending.clone());
-                Current::Pending(pending)
-            }
-            None => Current::Failed(no_runtime()),
-        }
+        let Some(connecting) = self.connecting(backoff) else {
+            return Current::Failed(no_runtime());
+        };
+        let pending = connecting.pending.clone();
+        *slot = Slot::Connecting(pending.clone());
+        drop(slot);
+        connecting.start();
+        Current::Pending(pending)
     }
 
-    /// An attempt to connect, run by a task of its own so that it completes even when every call
-    /// waiting for it gave up; `None` outside a tokio runtime. Its outcome settles the slot; a
-    /// failure sets the next attempt `backoff` later.
-    fn start_connecting(self: &Arc<Self>, backoff: Duration) -> Option<Pending> {
+    /// An attempt to connect, not started yet; `None` outside a tokio runtime. See [`Connecting`].
+    fn connecting(
+        self: &Arc<Self>,
+        backoff: Duration,
+    ) -> Option<Connecting<impl Future<Output = ()> + Send + 'static>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (report, pending) = oneshot::channel();
         let mut attempt = Attempt {
@@ -341,12 +343,16 @@ impl Reconnecting {
         };
         let (client, scripts) = (self.client.clone(), self.scripts);
         let moved = self.moved.load(Ordering::Relaxed);
-        runtime.spawn(async move {
+        let task = async move {
             let outcome = open(&client, scripts, moved).await;
             attempt.settle(&outcome, backoff);
             let _ = report.send(outcome);
-        });
-        Some(pending.shared())
+        };
+        Some(Connecting {
+            runtime,
+            task,
+            pending: pending.shared(),
+        })
     }
 
     fn settle(&self, outcome: Option<&RedisResult<Live>>, backoff: Duration) {
@@ -386,13 +392,16 @@ impl Reconnecting {
         let mut slot = self.slot();
         if matches!(&*slot, Slot::Ready(current) if current.is(live)) {
             tracing::debug!(node = %self.address, %error, "node connection lost, reconnecting");
-            *slot = match self.start_connecting(BACKOFF_MIN) {
-                Some(pending) => Slot::Connecting(pending),
-                None => Slot::Idle {
+            let Some(connecting) = self.connecting(BACKOFF_MIN) else {
+                *slot = Slot::Idle {
                     failed: None,
                     backoff: BACKOFF_MIN,
-                },
+                };
+                return;
             };
+            *slot = Slot::Connecting(connecting.pending.clone());
+            drop(slot);
+            connecting.start();
         }
     }
 
@@ -436,6 +445,23 @@ impl Reconnecting {
                 .store(fresh.member() == Member::Cluster, Ordering::Relaxed);
             *slot = Slot::Ready(fresh);
         }
+    }
+}
+
+/// An attempt to connect, run by a task of its own so that it completes even when every call
+/// waiting for it gave up. Its outcome settles the slot; a failure sets the next attempt its
+/// backoff later. Made under the slot's lock, which then records it as the attempt in progress,
+/// and started only once that lock is released: a runtime that is shutting down drops the task at
+/// once, and its [`Attempt`] then settles the slot, which takes the lock.
+struct Connecting<F> {
+    runtime: tokio::runtime::Handle,
+    task: F,
+    pending: Pending,
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Connecting<F> {
+    fn start(self) {
+        self.runtime.spawn(self.task);
     }
 }
 
@@ -777,6 +803,44 @@ mod tests {
             assert!(Instant::now() < deadline, "still {next:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// A connection wanted while its runtime shuts down (a task's destructor, run by the shutdown,
+    /// that sends on it): the runtime refuses the connecting task and drops it at once, and its
+    /// `Attempt` settles the slot. That must not happen under the slot's lock, which is not
+    /// reentrant: the shutdown hung there, seen as a suite test that never ended.
+    #[test]
+    fn a_connection_wanted_while_the_runtime_shuts_down_does_not_hang_it() {
+        struct SendsOnDrop(Arc<Reconnecting>);
+        impl Drop for SendsOnDrop {
+            fn drop(&mut self) {
+                assert!(matches!(
+                    self.0.current(),
+                    Current::Pending(_) | Current::Failed(_)
+                ));
+            }
+        }
+        let this = Arc::new(Reconnecting::new(
+            MemberClient::Node(Client::open("redis://127.0.0.1:1/").expect("a URL")),
+            &[],
+        ));
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let guard = SendsOnDrop(this);
+            runtime.spawn(async move {
+                let _guard = guard;
+                std::future::pending::<()>().await
+            });
+            drop(runtime);
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the runtime shut down, rather than hang on the slot's lock");
     }
 
     #[test]
