@@ -25,6 +25,7 @@ mod config;
 mod connecting;
 mod contention;
 mod election;
+mod entries;
 mod extend_unlock;
 mod fair;
 mod faults;

@@ -1,14 +1,12 @@
-//! Multi-name locks (`Redlock::new_multi_mutex`): every name or none, on real nodes.
+//! Multi-name locks (`Redlock::new_multi_mutex`): every name or none, on real nodes. The tables of
+//! masks and the concurrent transfers, through both entries, are in `entries.rs`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
 use redmutex::{Error, Mutex, Redlock};
 use testenv::Cluster;
 
 use crate::support;
-use crate::support::history::History;
 use crate::support::{cleared_within, client, eventually, holders, present, within};
 
 /// A multi-name mutex with the quick settings of `support::quick`.
@@ -23,62 +21,6 @@ fn quick_multi(redlock: &Redlock, names: &[&str]) -> Mutex {
 
 fn mutex(redlock: &Redlock, name: &str) -> Mutex {
     support::quick(redlock, name)
-}
-
-/// One member name pre-taken on every subset of 5 nodes (which member varies with the subset):
-/// the lock succeeds exactly when a quorum of nodes is free of every name, holds every name on
-/// exactly the free nodes, and a failure leaves nothing of ours anywhere.
-#[tokio::test]
-async fn every_mask_of_one_member_taken() {
-    let cluster = Cluster::start(5);
-    let redlock = client(&cluster).await;
-    for mask in 0u32..32 {
-        let names: Vec<String> = (0..3).map(|i| format!("multi:mask:{mask}:{i}")).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let taken_name = &names[mask as usize % 3];
-        let taken: Vec<usize> = (0..5).filter(|i| mask & (1 << i) != 0).collect();
-        for &i in &taken {
-            cluster
-                .node(i)
-                .set_px(taken_name, "someone-else", Duration::from_secs(10));
-        }
-        let free: Vec<usize> = (0..5).filter(|i| !taken.contains(i)).collect();
-        match quick_multi(&redlock, &refs).with_tries(1).lock().await {
-            Ok(lock) => {
-                assert!(
-                    free.len() >= 3,
-                    "mask {mask:05b}: locked with {free:?} free"
-                );
-                for name in &names {
-                    let mine = holders(&cluster, name, lock.value());
-                    assert_eq!(mine, free, "mask {mask:05b}: {name}");
-                }
-                lock.unlock().await.expect("unlock");
-            }
-            Err(error) => {
-                assert!(free.len() < 3, "mask {mask:05b}: failed: {error}");
-                if taken.len() >= 3 {
-                    assert!(
-                        matches!(&error, Error::Taken { nodes } if *nodes == taken),
-                        "mask {mask:05b}: {error:?}"
-                    );
-                } else {
-                    assert!(matches!(error, Error::NoQuorum { .. }), "{error:?}");
-                }
-            }
-        }
-        // Nothing of ours anywhere: only the other owner's key.
-        for name in &names {
-            let expected = if name == taken_name { &taken[..] } else { &[] };
-            assert_eq!(present(&cluster, name), expected, "mask {mask:05b}: {name}");
-        }
-        for &i in &taken {
-            assert_eq!(
-                cluster.node(i).get(taken_name).as_deref(),
-                Some("someone-else")
-            );
-        }
-    }
 }
 
 #[tokio::test]
@@ -166,78 +108,6 @@ async fn extend_fails_where_one_key_was_lost() {
     // The unlock still removed every key that held our value.
     assert!(present(&cluster, "multi:x").is_empty());
     assert!(present(&cluster, "multi:y").is_empty());
-}
-
-/// 16 tasks move money between 6 accounts, each transfer under a multi-name lock of its two
-/// accounts, with a non-atomic read-modify-write on a separate Redis: the total is conserved, and
-/// no two critical sections on one account overlap.
-#[tokio::test]
-async fn transfers_between_accounts_conserve_the_total() {
-    const ACCOUNTS: usize = 6;
-    const TASKS: usize = 16;
-    const TRANSFERS: usize = 25;
-    let cluster = Cluster::start(5);
-    let bank = Cluster::start(1);
-    let redlock = client(&cluster).await;
-    let store = redis::Client::open(bank.node(0).url())
-        .expect("URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("bank connects");
-    let account = |i: usize| format!("multi:account:{i}");
-    for i in 0..ACCOUNTS {
-        bank.node(0).set(&format!("balance:{i}"), "1000");
-    }
-    let histories: Arc<Vec<History>> = Arc::new((0..ACCOUNTS).map(|_| History::new()).collect());
-    let mut tasks = Vec::new();
-    for task in 0..TASKS {
-        let (redlock, mut store, histories) =
-            (redlock.clone(), store.clone(), Arc::clone(&histories));
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..TRANSFERS {
-                let from = rand::random_range(0..ACCOUNTS);
-                let to = (from + rand::random_range(1..ACCOUNTS)) % ACCOUNTS;
-                let amount = rand::random_range(1..50i64);
-                let lock = support::contended_multi(&redlock, &[account(from), account(to)])
-                    .lock()
-                    .await
-                    .expect("the transfer gets its accounts");
-                let acquired = Instant::now();
-                let (a, b) = (format!("balance:{from}"), format!("balance:{to}"));
-                let balance_a: i64 = store.get(&a).await.expect("GET");
-                let balance_b: i64 = store.get(&b).await.expect("GET");
-                // Widens the window a missing exclusion would need.
-                tokio::time::sleep(Duration::from_millis(rand::random_range(0..3))).await;
-                let _: () = store.set(&a, balance_a - amount).await.expect("SET");
-                let _: () = store.set(&b, balance_b + amount).await.expect("SET");
-                let released = Instant::now();
-                let holder = format!("task{task}:{}", lock.value());
-                for i in [from, to] {
-                    histories[i].record(&holder, acquired, released, lock.valid_until());
-                }
-                lock.unlock().await.expect("unlock");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    let mut total = 0;
-    for i in 0..ACCOUNTS {
-        let balance: i64 = bank
-            .node(0)
-            .get(&format!("balance:{i}"))
-            .expect("balance")
-            .parse()
-            .expect("a number");
-        total += balance;
-    }
-    assert_eq!(total, 1000 * ACCOUNTS as i64, "money was created or lost");
-    let sections: usize = histories.iter().map(History::len).sum();
-    assert_eq!(sections, 2 * TASKS * TRANSFERS);
-    for history in histories.iter() {
-        history.assert_exclusive();
-    }
 }
 
 #[tokio::test]

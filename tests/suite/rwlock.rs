@@ -382,7 +382,9 @@ async fn a_writer_is_not_starved_by_readers_taking_turns() {
 
 /// Readers and writers on one name under a fault: writers increment a counter with a
 /// non-atomic read-modify-write, readers read it twice with a pause between (a writer in
-/// between would change it); the history checker finds no writer overlapping anyone.
+/// between would change it); the history checker finds no writer overlapping anyone. Half the
+/// writers are fenced, so that both the writer's plain entry and `write_acquire.lua` (which a
+/// fenced writer runs) meet writers of both kinds.
 async fn readers_and_writers_under(fault: impl FnOnce(&Cluster), heal: impl FnOnce(&Cluster)) {
     let cluster = Cluster::start(5);
     let redlock = client(&cluster).await;
@@ -399,13 +401,15 @@ async fn readers_and_writers_under(fault: impl FnOnce(&Cluster), heal: impl FnOn
     let counter = Arc::new(AtomicU64::new(0));
     let torn = Arc::new(AtomicU64::new(0));
     let (reads, writes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let fenced_writes = Arc::new(AtomicU64::new(0));
     let stop = Instant::now() + Duration::from_secs(4);
     let mut tasks = Vec::new();
     for task in 0..8 {
-        let writer = task < 2;
-        let (rwlock, history, counter) =
-            (rwlock.clone(), Arc::clone(&history), Arc::clone(&counter));
+        let writer = task < 4;
+        let rwlock = rwlock.clone().with_fencing(task % 2 == 1);
+        let (history, counter) = (Arc::clone(&history), Arc::clone(&counter));
         let (torn, reads, writes) = (Arc::clone(&torn), Arc::clone(&reads), Arc::clone(&writes));
+        let fenced_writes = Arc::clone(&fenced_writes);
         tasks.push(tokio::spawn(async move {
             while Instant::now() < stop {
                 let lock: Lock = if writer {
@@ -420,6 +424,9 @@ async fn readers_and_writers_under(fault: impl FnOnce(&Cluster), heal: impl FnOn
                 if writer {
                     counter.store(seen + 1, Ordering::SeqCst);
                     writes.fetch_add(1, Ordering::Relaxed);
+                    if lock.token().is_some() {
+                        fenced_writes.fetch_add(1, Ordering::Relaxed);
+                    }
                 } else {
                     if counter.load(Ordering::SeqCst) != seen {
                         torn.fetch_add(1, Ordering::Relaxed);
@@ -450,7 +457,12 @@ async fn readers_and_writers_under(fault: impl FnOnce(&Cluster), heal: impl FnOn
         writes.load(Ordering::Relaxed),
     );
     println!("{reads} reads, {writes} writes, {} sections", history.len());
+    let fenced_writes = fenced_writes.load(Ordering::Relaxed);
     assert!(reads > 0 && writes > 0, "{reads} reads, {writes} writes");
+    assert!(
+        fenced_writes > 0 && fenced_writes < writes,
+        "{fenced_writes} of {writes} writes fenced: both entries ran"
+    );
     assert_eq!(counter.load(Ordering::SeqCst), writes, "lost increments");
     assert_eq!(torn.load(Ordering::Relaxed), 0, "a reader saw a write");
     history.assert_exclusive();
