@@ -4,7 +4,8 @@
 //! `cargo bench -p redmutex-cli --bench overhead` (runs: `BENCH_RUNS`, default 300). Also times
 //! `redmutex --version` (the process start-up alone: no runtime, no connection) and
 //! `redmutex status NAME` (start-up, connections and one inspection round), to show where the
-//! added time goes.
+//! added time goes. `BENCH_BASELINE=PATH` adds the same `run` with another `redmutex` binary (an
+//! earlier build), interleaved with the rest, so that the two compare under one load.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,8 +15,8 @@ use testenv::Cluster;
 const BINARY: &str = env!("CARGO_BIN_EXE_redmutex");
 
 struct Contender {
-    label: &'static str,
-    program: &'static str,
+    label: String,
+    program: String,
     args: &'static [&'static str],
     times: Vec<Duration>,
 }
@@ -32,35 +33,26 @@ fn main() {
     };
     let cluster = Cluster::start(5);
     let nodes = cluster.urls().join(",");
-    let mut contenders = [
-        Contender {
-            label: "true",
-            program: "true",
-            args: &[],
-            times: Vec::new(),
-        },
-        Contender {
-            label: "redmutex --version",
-            program: BINARY,
-            args: &["--version"],
-            times: Vec::new(),
-        },
-        Contender {
-            label: "redmutex status bench",
-            program: BINARY,
-            args: &["status", "bench"],
-            times: Vec::new(),
-        },
-        Contender {
-            label: "redmutex run --no-wait bench -- true",
-            program: BINARY,
-            args: &["run", "--no-wait", "bench", "--", "true"],
-            times: Vec::new(),
-        },
+    let contender = |label: &str, program: &str, args: &'static [&'static str]| Contender {
+        label: label.to_owned(),
+        program: program.to_owned(),
+        args,
+        times: Vec::new(),
+    };
+    const RUN: &[&str] = &["run", "--no-wait", "bench", "--", "true"];
+    let mut contenders = vec![
+        contender("true", "true", &[]),
+        contender("redmutex --version", BINARY, &["--version"]),
+        contender("redmutex status bench", BINARY, &["status", "bench"]),
+        contender("redmutex run --no-wait bench -- true", BINARY, RUN),
     ];
+    let baseline = std::env::var("BENCH_BASELINE").ok();
+    if let Some(path) = &baseline {
+        contenders.push(contender("baseline run --no-wait bench -- true", path, RUN));
+    }
     let time = |contender: &Contender| {
         let started = Instant::now();
-        let status = Command::new(contender.program)
+        let status = Command::new(&contender.program)
             .args(contender.args)
             .env("REDMUTEX_NODES", &nodes)
             .stdout(Stdio::null())
@@ -87,6 +79,9 @@ fn main() {
         "{runs} runs each, interleaved, 5 local nodes ({} cores)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    if let Some(path) = &baseline {
+        println!("baseline: {path}");
+    }
     println!("{:40} {:>10} {:>10}", "", "median", "p95");
     let bare = summary(&mut contenders[0].times);
     for contender in &mut contenders {
@@ -104,6 +99,18 @@ fn main() {
         millis(median.saturating_sub(bare.0)),
         millis(p95.saturating_sub(bare.1))
     );
+    if baseline.is_some() {
+        let (old_median, old_p95) = summary(&mut contenders[4].times);
+        let added = median.saturating_sub(bare.0).as_secs_f64();
+        let old_added = old_median.saturating_sub(bare.0).as_secs_f64();
+        println!(
+            "added by the baseline's `run`: {} at the median, {} at p95; this build adds {:.2}x \
+             the baseline's median",
+            millis(old_median.saturating_sub(bare.0)),
+            millis(old_p95.saturating_sub(bare.1)),
+            added / old_added
+        );
+    }
 }
 
 /// The median and the 95th percentile.

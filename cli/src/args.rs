@@ -19,6 +19,7 @@ Exit codes:
   69     no quorum of nodes reachable
   70     run: the lock was lost while the command ran, and the command was terminated
   70     elect: the leadership was lost while the command ran (without --restart)
+  71     run, elect: the enforcer could not start or died (the command was killed)
   75     run: the lock is held elsewhere (--no-wait), or the --wait time ran out
   126    run: the command could not be started (127: not found)
 

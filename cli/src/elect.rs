@@ -1,15 +1,14 @@
 //! `redmutex elect`: campaign, run the command while leading, resign.
 
-use std::io::ErrorKind;
 use std::process::ExitCode;
 
 use redmutex::{Election, Leadership, Redlock};
 
 use crate::args::ElectArgs;
-use crate::exit::{CANNOT_EXECUTE, LOST, NOT_FOUND, OS_ERROR, USAGE, acquire_code, fail, say};
-use crate::orphan::die_with_parent;
-use crate::run::{signal_code, status_code};
-use crate::supervise::{Outcome, Signals, supervise};
+use crate::exit::{LOST, OS_ERROR, USAGE, acquire_code, fail, say};
+use crate::guard::Spec;
+use crate::run::{signal_code, start, status_code};
+use crate::supervise::{Leading, Outcome, Signals, supervise};
 
 /// The per-node timeout as a fraction of the lease (the library's default, spelled out as
 /// `run` does).
@@ -36,7 +35,7 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
     loop {
         let campaign = tokio::select! {
             campaign = election.campaign(args.id.as_str()) => campaign,
-            signal = signals.recv() => {
+            signal = signals.pass_on() => {
                 // A campaign cut short releases what it took in the background.
                 tokio::time::sleep(args.expiry.mul_f64(TIMEOUT_FACTOR)).await;
                 return ExitCode::from(signal_code(signal));
@@ -87,50 +86,52 @@ async fn lead(
         leadership.identity(),
         leadership.epoch()
     ));
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(program_args)
-        .process_group(0)
-        .env("REDMUTEX_NAME", &args.name)
-        .env("REDMUTEX_ID", &args.id)
-        .env("REDMUTEX_EPOCH", leadership.epoch().to_string());
-    die_with_parent(&mut command);
-    let child = match command.spawn() {
-        Ok(child) => child,
-        Err(error) => {
+    let spec = Spec {
+        program,
+        args: program_args,
+        env: vec![
+            ("REDMUTEX_NAME", args.name.clone()),
+            ("REDMUTEX_ID", args.id.clone()),
+            ("REDMUTEX_EPOCH", leadership.epoch().to_string()),
+        ],
+        grace: args.grace,
+        interval: election.renew_every(),
+    };
+    let mut guard = match start(&spec, leadership.valid_until()).await {
+        Ok(guard) => guard,
+        Err((code, message)) => {
             resign(leadership).await;
-            let code = match error.kind() {
-                ErrorKind::NotFound => NOT_FOUND,
-                _ => CANNOT_EXECUTE,
-            };
-            return Led::Failed(fail(
-                code,
-                format!("cannot run {}: {error}", program.to_string_lossy()),
-            ));
+            return Led::Failed(fail(code, message));
         }
     };
-    let mut lease = crate::supervise::Leading {
+    let mut lease = Leading {
         name: election.name(),
         leadership: &leadership,
     };
-    match supervise(child, &mut lease, args.grace, signals).await {
-        Ok(Outcome::Exited(status)) => {
+    let outcome = supervise(&mut guard, &mut lease, args.grace, spec.interval, signals).await;
+    let led = match outcome {
+        Outcome::Exited(status) => {
             resign(leadership).await;
             Led::Exited(status_code(status))
         }
-        Ok(Outcome::Lost) => {
+        Outcome::Lost => {
             // Nodes that still hold this term's value let go, so the next leader need not wait.
             let _ = leadership.resign().await;
             Led::Lost
         }
-        Err(error) => {
+        Outcome::EnforcerGone(how) => {
             resign(leadership).await;
             Led::Failed(fail(
                 OS_ERROR,
-                format!("lost track of the command: {error}"),
+                format!(
+                    "{how}: killed the command's process group, which nothing would have ended \
+                     in time were redmutex stopped; resigned"
+                ),
             ))
         }
-    }
+    };
+    guard.finish().await;
+    led
 }
 
 /// Resigns after the command; a failure only costs the standbys the rest of the lease.

@@ -4,16 +4,21 @@
 //! A thin shell over the `redmutex` library's public API; its documentation is `cli/README.md`.
 
 mod args;
+mod clock;
 mod doctor;
 mod duration;
 mod elect;
+mod enforcer;
 mod exit;
+mod guard;
 mod metrics;
-mod orphan;
 mod redact;
 mod run;
+mod schedule;
 mod status;
 mod supervise;
+mod tree;
+mod wire;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -26,6 +31,11 @@ use crate::exit::{OS_ERROR, USAGE, fail};
 use crate::redact::redact;
 
 fn main() -> ExitCode {
+    // The enforcer of `run` and `elect` is this binary run again; it parses its own arguments.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|arg| arg == enforcer::SUBCOMMAND) {
+        return enforcer::main(&args[2..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

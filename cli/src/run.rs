@@ -12,8 +12,9 @@ use crate::args::RunArgs;
 use crate::exit::{
     CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, UNAVAILABLE, USAGE, acquire_code, fail, say,
 };
-use crate::orphan::die_with_parent;
+use crate::guard::{Guard, NotStarted, Spec};
 use crate::supervise::{KeptLock, Outcome, Signals, supervise};
+use crate::tree::adopt_orphans;
 
 /// The per-node timeout as a fraction of the expiry (the library's default, spelled out because
 /// the cleanup pause below depends on it).
@@ -46,7 +47,7 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         .with_wake_on_release(true);
     let acquired = tokio::select! {
         acquired = acquire(&mutex, &args) => acquired,
-        signal = signals.recv() => {
+        signal = signals.pass_on() => {
             // A lock() cut short releases what it took in the background: give that time to go out.
             cleanup_pause(&args).await;
             return counted("signal", ExitCode::from(signal_code(signal)));
@@ -57,47 +58,83 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         Err((outcome, code)) => return counted(outcome, code),
     };
 
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(program_args)
-        .process_group(0)
-        .env("REDMUTEX_NAME", &args.name);
-    die_with_parent(&mut command);
+    let interval = args.expiry / EXTENSIONS_PER_EXPIRY;
+    let mut env = vec![("REDMUTEX_NAME", args.name.clone())];
     if let Some(token) = lock.token() {
-        command.env("REDMUTEX_TOKEN", token.to_string());
+        env.push(("REDMUTEX_TOKEN", token.to_string()));
     }
-    let child = match command.spawn() {
-        Ok(child) => child,
-        Err(error) => {
+    let spec = Spec {
+        program,
+        args: program_args,
+        env,
+        grace: args.grace,
+        interval,
+    };
+    let mut guard = match start(&spec, lock.valid_until()).await {
+        Ok(guard) => guard,
+        Err((code, message)) => {
             release(&lock).await;
-            let code = match error.kind() {
-                ErrorKind::NotFound => NOT_FOUND,
-                _ => CANNOT_EXECUTE,
+            let outcome = if code == OS_ERROR {
+                "error"
+            } else {
+                "not_started"
             };
-            let message = format!("cannot run {}: {error}", program.to_string_lossy());
-            return counted("not_started", fail(code, message));
+            return counted(outcome, fail(code, message));
         }
     };
 
-    let interval = args.expiry / EXTENSIONS_PER_EXPIRY;
     let mut kept = KeptLock::new(&lock, interval);
-    match supervise(child, &mut kept, args.grace, &mut signals).await {
-        Ok(Outcome::Exited(status)) => {
+    let outcome = supervise(&mut guard, &mut kept, args.grace, interval, &mut signals).await;
+    drop(kept);
+    let code = match outcome {
+        Outcome::Exited(status) => {
             release(&lock).await;
             let code = status_code(status);
             counted(code.to_string(), ExitCode::from(code))
         }
-        Ok(Outcome::Lost) => {
+        Outcome::Lost => {
             // Nodes that still hold this lock's value let go, so the next holder need not wait.
             let _ = lock.unlock().await;
             counted("lost", ExitCode::from(LOST))
         }
-        Err(error) => {
+        Outcome::EnforcerGone(how) => {
             release(&lock).await;
-            let code = fail(OS_ERROR, format!("lost track of the command: {error}"));
-            counted("error", code)
+            let message = format!(
+                "{how}: killed the command's process group, which nothing would have ended in \
+                 time were redmutex stopped; the lock is released"
+            );
+            counted("error", fail(OS_ERROR, message))
         }
+    };
+    guard.finish().await;
+    code
+}
+
+/// Starts COMMAND under its enforcer, or gives the exit code and message for why not.
+pub async fn start(spec: &Spec<'_>, valid_until: Instant) -> Result<Guard, (u8, String)> {
+    // Orphans of COMMAND's tree come here should the enforcer die.
+    if let Err(error) = adopt_orphans() {
+        return Err((
+            OS_ERROR,
+            format!("cannot become the subreaper of the command's orphans: {error}"),
+        ));
     }
+    Guard::start(spec, valid_until)
+        .await
+        .map_err(|not_started| match not_started {
+            NotStarted::Command(error) => {
+                let code = match error.kind() {
+                    ErrorKind::NotFound => NOT_FOUND,
+                    _ => CANNOT_EXECUTE,
+                };
+                let program = spec.program.to_string_lossy();
+                (code, format!("cannot run {program}: {error}"))
+            }
+            NotStarted::Enforcer(why) => (
+                OS_ERROR,
+                format!("cannot start the enforcer, so the command was not run: {why}"),
+            ),
+        })
 }
 
 /// Counts the run in `redmutex_run_total` (for `--metrics-file`) with `outcome`: the command's

@@ -1,26 +1,29 @@
 //! Running the command while the lock (or a leadership) holds, and ending it when it does not.
 //!
-//! The command never runs past the lease's validity (up to signal delivery): this loop watches
-//! `valid_until` itself, re-reading it after every renewal, rather than trusting only the
-//! renewals' report. Once the lock is lost the command's process group gets SIGTERM at once
-//! and SIGKILL at the earlier of the grace period's end and the validity's end (a few
-//! milliseconds before it, see [`KILL_MARGIN`]).
+//! COMMAND runs under the enforcer ([`crate::enforcer`]), a process of its own that ends
+//! COMMAND's tree before the lease's validity ends even while this one is stopped or after it
+//! died. This loop keeps the enforcer told: the validity after every renewal, a loss the moment
+//! it is known (an extension failed, or the validity ran out: this loop watches `valid_until`
+//! itself, rather than trusting only the renewals' report), signals to pass on, and Ctrl-Z.
+//! Once the lease is lost, COMMAND's process group gets SIGTERM at once and SIGKILL at the
+//! earlier of the grace period's end and the validity's end (a few milliseconds before it, see
+//! [`KILL_MARGIN`]).
 
 use std::io;
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use redmutex::{KeepAlive, KeepAliveEnd, Leadership, Lock};
-use rustix::process::{Pid, Signal, kill_process_group};
-use tokio::process::Child;
+use rustix::process::{Signal, getpid, kill_process};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::sleep_until;
+use tokio::time::{MissedTickBehavior, sleep_until};
 
+use crate::clock::Mono;
 use crate::exit::say;
-
-/// SIGKILL goes out this long before the validity ends, so that delivery and the process's
-/// teardown are done by then, and a timer that fires a little late is still in time.
-const KILL_MARGIN: Duration = Duration::from_millis(10);
+use crate::guard::Guard;
+pub use crate::schedule::KILL_MARGIN;
+use crate::wire::{Cut, Order, Report};
 
 /// How the command ended.
 pub enum Outcome {
@@ -28,28 +31,53 @@ pub enum Outcome {
     Exited(ExitStatus),
     /// The lock was lost, and the command was terminated.
     Lost,
+    /// The enforcer is gone (this says how), and the command was killed.
+    EnforcerGone(String),
 }
 
-/// The signals redmutex passes on to the command rather than die of (leaving the command to run
-/// on without the lock).
+/// A signal received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// To be passed on to COMMAND.
+    PassOn(Signal),
+    /// Ctrl-Z (SIGTSTP), or SIGTTIN: suspend, with COMMAND.
+    Suspend,
+}
+
+/// The signals redmutex handles itself: those it passes on to the command rather than die of
+/// (leaving the command to run on without the lock), and those that would suspend it.
 pub struct Signals {
-    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
-    /// The last signal received, until taken.
+    streams: Vec<(Received, tokio::signal::unix::Signal)>,
+    /// The last signal passed on, until taken.
     received: Option<Signal>,
 }
 
 impl Signals {
-    /// Takes over SIGINT, SIGTERM, SIGHUP and SIGQUIT for this process.
+    /// Takes over SIGINT, SIGTERM, SIGHUP and SIGQUIT (passed on), and SIGTSTP and SIGTTIN
+    /// (suspension) for this process.
+    ///
+    /// SIGTTOU is left alone: the kernel raises it on a background process's own write to the
+    /// terminal (with `stty tostop`), and restarts the write after a handler returns, so a
+    /// process that catches it and does not stop at once raises it again and again. Left to its
+    /// default it stops `redmutex` as SIGSTOP does, which the enforcer covers.
     pub fn install() -> io::Result<Signals> {
         let kinds = [
-            (Signal::INT, SignalKind::interrupt()),
-            (Signal::TERM, SignalKind::terminate()),
-            (Signal::HUP, SignalKind::hangup()),
-            (Signal::QUIT, SignalKind::quit()),
+            (Received::PassOn(Signal::INT), SignalKind::interrupt()),
+            (Received::PassOn(Signal::TERM), SignalKind::terminate()),
+            (Received::PassOn(Signal::HUP), SignalKind::hangup()),
+            (Received::PassOn(Signal::QUIT), SignalKind::quit()),
+            (
+                Received::Suspend,
+                SignalKind::from_raw(Signal::TSTP.as_raw()),
+            ),
+            (
+                Received::Suspend,
+                SignalKind::from_raw(Signal::TTIN.as_raw()),
+            ),
         ];
         let mut streams = Vec::new();
-        for (number, kind) in kinds {
-            streams.push((number, signal(kind)?));
+        for (received, kind) in kinds {
+            streams.push((received, signal(kind)?));
         }
         Ok(Signals {
             streams,
@@ -60,25 +88,45 @@ impl Signals {
     /// The next signal received.
     ///
     /// Cancel safe: a signal that arrives meanwhile is kept for the next call.
-    pub async fn recv(&mut self) -> Signal {
-        let signal = std::future::poll_fn(|cx| {
-            for (number, stream) in &mut self.streams {
+    pub async fn recv(&mut self) -> Received {
+        let received = std::future::poll_fn(|cx| {
+            for (received, stream) in &mut self.streams {
                 if stream.poll_recv(cx).is_ready() {
-                    return std::task::Poll::Ready(*number);
+                    return std::task::Poll::Ready(*received);
                 }
             }
             std::task::Poll::Pending
         })
         .await;
-        self.received = Some(signal);
-        signal
+        if let Received::PassOn(signal) = received {
+            self.received = Some(signal);
+        }
+        received
     }
 
-    /// The last signal received since the last call, if any: `elect --restart` stops campaigning
-    /// once it passed one on.
+    /// The next signal to pass on; suspensions received meanwhile (while no command runs) stop
+    /// this process until it is continued.
+    ///
+    /// Cancel safe.
+    pub async fn pass_on(&mut self) -> Signal {
+        loop {
+            match self.recv().await {
+                Received::PassOn(signal) => return signal,
+                Received::Suspend => suspend_self(),
+            }
+        }
+    }
+
+    /// The last signal passed on since the last call, if any: `elect --restart` stops
+    /// campaigning once it passed one on.
     pub fn take_received(&mut self) -> Option<Signal> {
         self.received.take()
     }
+}
+
+/// Stops this process (as SIGTSTP's default would have) until it is continued.
+fn suspend_self() {
+    let _ = kill_process(getpid(), Signal::STOP);
 }
 
 /// What a command runs under, renewed in the background: `run`'s lock with its keep-alive, or
@@ -154,54 +202,81 @@ impl Lease for Leading<'_> {
     fn stop(&mut self) {}
 }
 
-/// Waits for `child` to exit while `lease` is renewed, and ends it when the lease is lost.
-/// Signals received are passed on to the child's process group.
+/// Waits for the command under `guard` to exit while `lease` is renewed, and has it ended when
+/// the lease is lost. Signals received are passed on to the command's process group; Ctrl-Z
+/// suspends it with this process.
 pub async fn supervise(
-    mut child: Child,
+    guard: &mut Guard,
     lease: &mut impl Lease,
     grace: Duration,
+    interval: Duration,
     signals: &mut Signals,
-) -> io::Result<Outcome> {
-    // The child leads its own process group (spawned with `process_group(0)`).
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .and_then(Pid::from_raw);
-    // Once lost: when SIGKILL is due, and whether it went out.
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
+) -> Outcome {
+    // The enforcer learns of a renewal within a few percent of the renewal period (it stops
+    // waiting for one half a period before the validity ends, see `schedule`).
+    let mut renewals = tokio::time::interval((interval / 8).max(Duration::from_millis(1)));
+    renewals.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut told = lease.valid_until();
+    let mut lost = false;
     loop {
         let valid_until = last_moment(lease);
-        let lost = kill_at.is_some();
         tokio::select! {
             biased;
-            status = child.wait() => {
-                let status = status?;
-                if lost {
-                    // Whatever the command left running in its group goes too: the lock is gone.
-                    send(group, Signal::KILL);
-                    return Ok(Outcome::Lost);
+            report = guard.report() => match report {
+                Some(Report::Exited { status, cut }) => {
+                    if lost {
+                        return Outcome::Lost;
+                    }
+                    if let Some(cut) = cut {
+                        lease.stop();
+                        let why = match cut {
+                            Cut::Told => "it was lost",
+                            Cut::Overdue => {
+                                "no renewal reached the enforcer before the lock's validity \
+                                 ended: redmutex was stopped or too slow"
+                            }
+                        };
+                        say(format!(
+                            "lost the lock {} ({why}): the command was ended",
+                            lease.name()
+                        ));
+                        return Outcome::Lost;
+                    }
+                    return Outcome::Exited(ExitStatus::from_raw(status));
                 }
-                return Ok(Outcome::Exited(status));
-            }
-            () = sleep_until(kill_at.unwrap_or(valid_until).into()), if lost && !killed => {
-                send(group, Signal::KILL);
-                killed = true;
-            }
+                Some(_) => {}
+                None => return Outcome::EnforcerGone(guard.enforcer_gone().await),
+            },
             () = sleep_until(valid_until.into()), if !lost => {
                 // An extension may have moved the validity while this timer ran.
                 if last_moment(lease) <= Instant::now() {
                     lease.stop();
-                    kill_at = Some(lose(lease, group, grace, "its validity ran out"));
+                    lost = true;
+                    lose(guard, lease, grace, "its validity ran out").await;
                 }
             }
             why = lease.ended(), if !lost => {
                 lease.stop();
-                kill_at = Some(lose(lease, group, grace, &why));
+                lost = true;
+                lose(guard, lease, grace, &why).await;
             }
-            signal = signals.recv() => {
-                send(group, signal);
+            _ = renewals.tick(), if !lost => {
+                let now = lease.valid_until();
+                if now != told {
+                    told = now;
+                    guard.order(Order::Valid(Mono::from_instant(now))).await;
+                }
             }
+            received = signals.recv() => match received {
+                Received::PassOn(signal) => guard.order(Order::Signal(signal.as_raw())).await,
+                Received::Suspend => {
+                    // The enforcer stops COMMAND's group, and continues it after this process
+                    // is continued only if the lease still holds by then.
+                    guard.order(Order::Suspend).await;
+                    suspend_self();
+                    guard.order(Order::Resume).await;
+                }
+            },
         }
     }
 }
@@ -212,21 +287,23 @@ fn last_moment(lease: &impl Lease) -> Instant {
     valid_until.checked_sub(KILL_MARGIN).unwrap_or(valid_until)
 }
 
-/// The lease is lost: SIGTERM now; returns when SIGKILL is due.
-fn lose(lease: &impl Lease, group: Option<Pid>, grace: Duration, why: &str) -> Instant {
-    send(group, Signal::TERM);
+/// The lease is lost: the enforcer sends SIGTERM now, and SIGKILL when it is due.
+async fn lose(guard: &mut Guard, lease: &impl Lease, grace: Duration, why: &str) {
+    guard.order(Order::Lost).await;
     let now = Instant::now();
     // A grace too long for the clock (`--grace` takes up to billions of hours) is as long as the
     // lock allows, not none at all.
     let last = last_moment(lease);
     let kill_at = now.checked_add(grace).map_or(last, |at| at.min(last));
-    say(format!(
-        "lost the lock {} ({why}): sent SIGTERM to the command, SIGKILL follows in {:?} at the \
-         latest",
-        lease.name(),
-        kill_at.saturating_duration_since(now)
-    ));
-    kill_at
+    let ending = if kill_at > now {
+        format!(
+            "sent SIGTERM to the command, SIGKILL follows in {:?} at the latest",
+            kill_at.saturating_duration_since(now)
+        )
+    } else {
+        "the command gets SIGKILL now".to_owned()
+    };
+    say(format!("lost the lock {} ({why}): {ending}", lease.name()));
 }
 
 fn describe(end: &KeepAliveEnd) -> String {
@@ -235,12 +312,5 @@ fn describe(end: &KeepAliveEnd) -> String {
         KeepAliveEnd::Expired => "its validity ran out before an extension succeeded".to_owned(),
         KeepAliveEnd::Unlocked => "it was unlocked".to_owned(),
         other => format!("the keep-alive stopped: {other:?}"),
-    }
-}
-
-/// Sends `signal` to the process group; one that is gone already is no error.
-fn send(group: Option<Pid>, signal: Signal) {
-    if let Some(group) = group {
-        let _ = kill_process_group(group, signal);
     }
 }

@@ -6,4 +6,5 @@ mod support;
 
 mod commands;
 mod elect;
+mod enforce;
 mod run;

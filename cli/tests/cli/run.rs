@@ -417,7 +417,7 @@ fn sigkill_of_redmutex_takes_the_command_with_it() {
     let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
     kill_process(pid, Signal::KILL).unwrap();
     child.wait().unwrap();
-    // Without a parent-death signal the sleep would hold the pipe for its whole minute.
+    // Unless the enforcer ended it, the sleep would hold the pipe for its whole minute.
     dead.recv_timeout(Duration::from_secs(10))
         .expect("the command ends with redmutex, not 60 s later");
 }
