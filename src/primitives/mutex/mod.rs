@@ -435,8 +435,10 @@ impl Mutex {
     /// A master replicates asynchronously, so a replica promoted after its master failed may
     /// lack a lock key written just before (to Redlock, that member forgot the lock). With this
     /// set, each lock write that counts (an acquisition, an [`extend`](Lock::extend), and the
-    /// raise of a fencing counter) is followed by `WAIT replicas timeout` on the master that
-    /// holds the name's key (on a Redis Cluster, the master of the name's slot), and the member
+    /// raise of a fencing counter) is followed by `WAIT replicas timeout` in the same pipeline,
+    /// which runs on whichever master ran the write (on a Redis Cluster, also one the write was
+    /// redirected to: a master importing the slot after `ASK`, the owner the client learns from
+    /// `MOVED`, a new master after a failover), and the member
     /// counts only if at least `replicas` replicas acknowledged it; otherwise it is a failed
     /// member ([`NodeErrorKind::Unreplicated`](crate::NodeErrorKind::Unreplicated), "0 of 1
     /// replicas acknowledged ...") and a failed attempt releases its write with the rest. WAIT's
@@ -453,7 +455,9 @@ impl Mutex {
     /// not impossible. Redlock's own answer to a member that forgot stays the quorum (and
     /// [fencing](Mutex::with_fencing)). While a WAIT waits, Redis holds back the connection's
     /// later commands, so a replica that stops answering slows this client's operations on that
-    /// master by up to WAIT's timeout. The user needs `+wait`.
+    /// master by up to WAIT's timeout; the WAIT goes with every acquire, also one that finds the
+    /// name taken (it then answers at once, unless a replica lags behind the connection's earlier
+    /// writes). The user needs `+wait`.
     ///
     /// # Examples
     ///
