@@ -446,3 +446,94 @@ async fn fencing_tokens_across_a_failover_need_replica_acks() {
     );
     assert_eq!(acked, [1, 2], "the unacknowledged raise handed out nothing");
 }
+
+/// The redis crate's cluster client sends a request again after an I/O error. Here the one master
+/// of a cluster announces a proxy as its address, so that the client's connection to it goes
+/// through the proxy (the client found the cluster through the node's own address); the proxy
+/// delays bytes by 1 s and, once the write has landed on the node (read there directly) but before
+/// its reply is back, resets the connection, while the node announces its own address again. The
+/// client asks the cluster for its map, connects to the node directly and sends the write again,
+/// which finds the name taken by the attempt's own value, so the member answers "taken": every
+/// member said so, yet the attempt must release, or the name stays blocked by a value nobody holds
+/// until it expires (20 s here). For each acquire that writes plainly or by script: a mutex, a
+/// fenced mutex, a multi-name lock (its MULTI/EXEC entry) and a read-write lock's writer (its plain
+/// entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_sent_again_after_a_reset_leaves_nothing_behind() {
+    let cluster = RedisCluster::start(1, 0);
+    let node = cluster.node(0);
+    let proxy = testenv::Proxy::start(node.port());
+    let tag = "{cluster-primitives:resent}";
+    let mut blocked = Vec::new();
+    for case in ["mutex", "fenced mutex", "multi-name lock", "writer"] {
+        proxy.set_mode(testenv::Mode::Pass);
+        node.config_set("cluster-announce-port", &proxy.port().to_string());
+        let redlock = Redlock::connect([node.url()]).await.expect("a URL");
+        let mutex = |mutex: redmutex::Mutex| {
+            mutex
+                .with_expiry(Duration::from_secs(20))
+                .with_timeout_factor(0.25)
+                .with_tries(1)
+        };
+        let (lock, key): (redmutex::Mutex, _) = match case {
+            "mutex" => (redlock.new_mutex(format!("{tag}:plain")), "plain"),
+            "fenced mutex" => (
+                redlock
+                    .new_mutex(format!("{tag}:fenced"))
+                    .with_fencing(true),
+                "fenced",
+            ),
+            "multi-name lock" => (
+                redlock.new_multi_mutex([format!("{tag}:a"), format!("{tag}:b")]),
+                "a",
+            ),
+            _ => (redlock.new_mutex("unused"), "rw"),
+        };
+        let lock = mutex(lock);
+        let writer = redlock
+            .new_rwlock(format!("{tag}:rw"))
+            .with_expiry(Duration::from_secs(20))
+            .with_timeout_factor(0.25)
+            .with_tries(1);
+        let key = format!("{tag}:{key}");
+        let attempt = || {
+            let (lock, writer) = (lock.clone(), writer.clone());
+            async move {
+                if case == "writer" {
+                    writer.write().await.map(|held| held.value().to_owned())
+                } else {
+                    lock.lock().await.map(|held| held.value().to_owned())
+                }
+            }
+        };
+        // Connected through the proxy, scripts loaded, before the fault.
+        attempt().await.expect("free");
+        node.del(&key);
+        proxy.set_mode(testenv::Mode::Delay(Duration::from_secs(1)));
+        let attempt = tokio::spawn(attempt());
+        crate::support::within(Duration::from_secs(5), "the write landed", || {
+            node.exists(&key)
+        })
+        .await;
+        // The reply is still on its way back through the proxy: it is lost with the connection.
+        node.config_set("cluster-announce-port", "0");
+        proxy.set_mode(testenv::Mode::Reset);
+        let outcome = attempt.await.expect("the attempt ends");
+        assert!(
+            outcome.is_err(),
+            "{case}: the reply came back before the reset, so nothing was sent again"
+        );
+        if node.exists(&key) {
+            blocked.push(format!(
+                "{case}: the attempt ended ({outcome:?}) leaving its own value at {key} (PTTL {} \
+                 ms)",
+                node.pttl(&key)
+            ));
+        }
+    }
+    assert!(
+        blocked.is_empty(),
+        "names blocked until they expire:\n{}",
+        blocked.join("\n")
+    );
+}
