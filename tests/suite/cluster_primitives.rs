@@ -537,3 +537,95 @@ async fn a_write_sent_again_after_a_reset_leaves_nothing_behind() {
         blocked.join("\n")
     );
 }
+
+/// While a name's slot migrates (`CLUSTER SETSLOT ... MIGRATING` on its master, `IMPORTING` on
+/// the target), the source answers `ASK` for a name it does not hold, and the cluster client sends
+/// the request again to the target after `ASKING`, which covers the next command only (or a whole
+/// transaction). An entry that sends several commands (the writer's `SET ... GET` and `EXISTS` of
+/// its mark, the fair mutex's `SET` and `EXISTS` of its line) must not see its second command sent
+/// back to the source (`MOVED`) until the client gives up: it must wait as a script does, which
+/// the target answers `TRYAGAIN` while the keys it names are not all there, until the migration
+/// ends. Each kind of entry starts on a fresh name of the slot while it migrates, the migration
+/// ends a second later, and each one holds its name on the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_entry_takes_a_name_whose_slot_is_migrating() {
+    let cluster = RedisCluster::start(3, 0);
+    let redlock = member(&cluster).await;
+    let tag = "cluster-primitives:migrating";
+    let slot = key_slot(tag);
+    let source = cluster.master_of_slot(slot);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|master| master.port() != source.port())
+        .expect("another master");
+    let name = |what: &str| format!("{{{tag}}}:{what}");
+    // Room for the cluster client's pause after `TRYAGAIN` (over a second), twice.
+    let patient = |mutex: redmutex::Mutex| {
+        mutex
+            .with_expiry(Duration::from_secs(20))
+            .with_timeout_factor(0.25)
+            .with_tries(1)
+    };
+    // Connected to every master, scripts loaded, before the migration.
+    for master in cluster.masters() {
+        let warm = redlock.new_mutex(cluster.key_on(master, "cluster-primitives:warm:"));
+        let lock = patient(warm).lock().await.expect("free");
+        lock.unlock().await.expect("unlock");
+    }
+    let entries = [
+        ("mutex", patient(redlock.new_mutex(name("plain")))),
+        (
+            "fenced mutex",
+            patient(redlock.new_mutex(name("fenced")).with_fencing(true)),
+        ),
+        (
+            "multi-name lock",
+            patient(redlock.new_multi_mutex([name("a"), name("b")])),
+        ),
+        (
+            "fair mutex",
+            patient(redlock.new_mutex(name("fair")).with_fair(true)),
+        ),
+    ];
+    let writer = redlock
+        .new_rwlock(name("rw"))
+        .with_expiry(Duration::from_secs(20))
+        .with_timeout_factor(0.25)
+        .with_tries(1);
+
+    let migration = cluster.begin_migration(slot, target);
+    let mut attempts = Vec::new();
+    for (what, mutex) in entries {
+        let attempt = async move {
+            mutex
+                .lock()
+                .await
+                .map(|lock| (lock.name().to_owned(), lock))
+        };
+        attempts.push((what, tokio::spawn(attempt)));
+    }
+    let attempt = async move {
+        let lock = writer.write().await?;
+        Ok((lock.name().to_owned(), lock))
+    };
+    attempts.push(("writer", tokio::spawn(attempt)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::task::block_in_place(|| migration.finish());
+
+    let mut failed = Vec::new();
+    for (what, attempt) in attempts {
+        match attempt.await.expect("the attempt ends") {
+            Ok((name, lock)) => {
+                assert_eq!(target.get(&name).as_deref(), Some(lock.value()), "{what}");
+                lock.unlock().await.expect("unlock");
+            }
+            Err::<_, Error>(error) => failed.push(format!("{what}: {error}")),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "entries that failed while the slot migrated:\n{}",
+        failed.join("\n")
+    );
+}
