@@ -136,7 +136,8 @@ async fn inspect_and_force_unlock_every_primitive() {
     assert!(!mutex.inspect().await.expect("inspect").is_held());
     assert!(matches!(lock.extend().await, Err(Error::Expired)));
     let counter = beside("cluster-primitives:job", ":fence");
-    assert_eq!(cluster.get(&counter).as_deref(), Some("1"), "counter kept");
+    let token = lock.token().expect("fenced").to_string();
+    assert_eq!(cluster.get(&counter), Some(token), "counter kept");
 
     let rwlock = redlock.new_rwlock("cluster-primitives:prices");
     let readers = [
@@ -209,7 +210,7 @@ async fn a_fresh_clients_first_fenced_lock_takes_the_clusters_form() {
             .lock()
             .await
             .unwrap_or_else(|error| panic!("the first lock: {error}"));
-        assert_eq!(lock.token(), Some(1));
+        assert!(lock.token().is_some());
         lock.unlock().await.expect("unlock");
     }
 }
@@ -277,7 +278,7 @@ async fn names_with_their_own_tag_keep_every_key_in_its_slot() {
         .lock()
         .await
         .expect("one slot");
-    assert_eq!(both.token(), Some(1));
+    assert!(both.token().is_some());
     let rwlock = redlock.new_rwlock(format!("{tag}:c"));
     let reader = rwlock.read().await.expect("free");
     let fair = redlock
@@ -370,6 +371,7 @@ async fn tokens_across_a_lost_write(replica_acks: u32) -> Vec<u64> {
     tokens.extend(lock.token());
     lock.unlock().await.expect("unlock");
     let counter = beside(name, ":fence");
+    let first = tokens[0].to_string();
     let replicated = || {
         let mut connection = replica.connection();
         redis::cmd("READONLY")
@@ -379,7 +381,7 @@ async fn tokens_across_a_lost_write(replica_acks: u32) -> Vec<u64> {
             .arg(&counter)
             .query(&mut connection)
             .expect("GET");
-        value.as_deref() == Some("1")
+        value.as_deref() == Some(first.as_str())
     };
     crate::support::within(
         Duration::from_secs(10),
@@ -427,24 +429,30 @@ async fn tokens_across_a_lost_write(replica_acks: u32) -> Vec<u64> {
     tokens
 }
 
-/// Without replica acks, a failover that loses the counter's last raise hands out a token
-/// already given: fencing tokens can repeat on a cluster member (as after a restart without
-/// persistence). With `with_replica_acks(1)` the raise the replica missed is never counted, so
-/// its token is never handed out, and tokens strictly increase across the failover.
+/// A failover that loses the counter's last raise brings back an older counter, as a restart
+/// without persistence brings back none: the next token must still be greater than every token
+/// handed out before, which the nodes' clocks give (each counter read is at least the master's
+/// time in microseconds, later than the lost raise's token). Without replica acks the lost
+/// raise's token was handed out; with `with_replica_acks(1)` it never counted, so only two tokens
+/// are handed out. Tokens strictly increase either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_tokens_across_a_failover_need_replica_acks() {
+async fn fencing_tokens_strictly_increase_across_a_failover() {
     let unacked = tokens_across_a_lost_write(0).await;
-    assert_eq!(
-        unacked,
-        [1, 2, 2],
-        "the lost raise's token is handed out again"
+    assert_eq!(unacked.len(), 3, "{unacked:?}");
+    assert!(
+        unacked.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens strictly increase across the failover that lost a raise: {unacked:?}"
     );
     let acked = tokens_across_a_lost_write(1).await;
+    assert_eq!(
+        acked.len(),
+        2,
+        "the unacknowledged raise handed out nothing: {acked:?}"
+    );
     assert!(
         acked.windows(2).all(|pair| pair[0] < pair[1]),
         "tokens strictly increase: {acked:?}"
     );
-    assert_eq!(acked, [1, 2], "the unacknowledged raise handed out nothing");
 }
 
 /// The redis crate's cluster client sends a request again after an I/O error. Here the one master
@@ -560,10 +568,11 @@ async fn every_entry_takes_a_name_whose_slot_is_migrating() {
         .find(|master| master.port() != source.port())
         .expect("another master");
     let name = |what: &str| format!("{{{tag}}}:{what}");
-    // Room for the cluster client's pause after `TRYAGAIN` (over a second), twice.
+    // Room for the cluster client's pauses after `TRYAGAIN` (over a second each) until the
+    // migration has ended everywhere, on a loaded machine: a 15 s node timeout.
     let patient = |mutex: redmutex::Mutex| {
         mutex
-            .with_expiry(Duration::from_secs(20))
+            .with_expiry(Duration::from_secs(60))
             .with_timeout_factor(0.25)
             .with_tries(1)
     };
@@ -590,7 +599,7 @@ async fn every_entry_takes_a_name_whose_slot_is_migrating() {
     ];
     let writer = redlock
         .new_rwlock(name("rw"))
-        .with_expiry(Duration::from_secs(20))
+        .with_expiry(Duration::from_secs(60))
         .with_timeout_factor(0.25)
         .with_tries(1);
 
