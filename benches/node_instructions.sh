@@ -15,8 +15,9 @@
 #        the primitives' cases of issue 29: write-plain, names-plain-N (the multi-name lock's
 #        plain entry over N free names), semaphore, semaphore-among-2 and the
 #        floors floor-semaphore, floor-read, floor-names-8, the commands that decide a case sent
-#        plain, without a script around them; and fenced, a fenced mutex's acquire, raise and
-#        release)
+#        plain, without a script around them; fenced, a fenced mutex's acquire, raise and
+#        release; write-plain-tx and fair-entry-tx, those entries as a cluster member sends them,
+#        in MULTI/EXEC)
 # Needs valgrind and redis-server (Debian's packages valgrind, redis-server).
 set -euo pipefail
 # Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
@@ -197,6 +198,24 @@ commands() {
             resp SET n "$v" NX PX 8000 GET
             resp EXISTS '{n}:writer-waiting'
             resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        write-plain-tx)
+            # The same entry as a cluster member sends it: one MULTI/EXEC (a slot migration
+            # redirects a transaction as a whole; see `engine::target::entry_for`).
+            resp MULTI
+            resp SET n "$v" NX PX 8000 GET
+            resp EXISTS '{n}:writer-waiting'
+            resp EXEC
+            resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        fair-entry-tx)
+            # The fair entry as a cluster member sends it (without its release notice's SPUBLISH
+            # arguments, as fair-entry), then the fair release.
+            resp MULTI
+            resp SET n "$v" NX PX 8000
+            resp EXISTS '{n}:line'
+            resp EXEC
+            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
             ;;
         semaphore | semaphore-among-2)
             # A permit of 3 taken and given back, alone or beside 2 other holders.

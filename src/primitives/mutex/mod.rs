@@ -296,20 +296,27 @@ impl Mutex {
     /// Costs one more concurrent round trip per acquisition: after a quorum said OK, the name's
     /// counter (key `{<name>}:fence` on every node, in the name's slot, never expiring, kept across
     /// unlocks; see [keys and notice channels](crate::guide::keys)) is raised to the new token on
-    /// a quorum where this lock's value holds, and only then is the token handed out. That second round is what makes tokens strictly increase across holders even when
-    /// failed partial attempts left some nodes' counters ahead (see [`fenced_set`](crate::fenced_set) for the proof).
-    /// Tokens are exact up to 2^53 (Redis scripts count in doubles).
+    /// a quorum where this lock's value holds, and only then is the token handed out. That second
+    /// round is what makes tokens strictly increase across holders even when failed partial
+    /// attempts left some nodes' counters ahead (see [`fenced_set`](crate::fenced_set) for the
+    /// proof). Each node reads its counter with its clock (`TIME`, in microseconds) as a floor, so
+    /// a node that lost its counter (a restart without persistence, a failover that lost the last
+    /// raise) still hands the next holder a larger token, as long as the nodes' clocks agree
+    /// within the time between the two acquisitions. Tokens are microsecond timestamps or just
+    /// above, exact up to 2^53 (Redis scripts count in doubles; the year 2255).
     ///
     /// # Counters stay
     ///
     /// A counter never expires, so every name that ever had a fenced holder keeps one small
     /// string key on every node: about its key's length plus 55 bytes (see `benches/README.md`),
     /// which matters for per-entity names (a lock per order or per user). redmutex never deletes
-    /// counters. Deleting the counter of a name that will be locked again makes its tokens start
-    /// over from 1, and a resource that remembers the highest token it accepted then refuses the
-    /// next holders until the counter climbs past it; delete only the counters of names that are
-    /// done for good (`SCAN MATCH {order:*}:fence` once those orders are closed, say), or put the
-    /// resource's highest token back into the counters before the name is used again.
+    /// counters. A deleted counter is a forgotten one: the next tokens start from the nodes'
+    /// clocks, above the earlier ones as long as no token of the name was ever above the clocks
+    /// (set by hand, or from a clock that ran ahead); otherwise a resource that remembers the
+    /// highest token it accepted refuses the next holders until the clocks pass it. Delete only the
+    /// counters of names that are done for good (`SCAN MATCH {order:*}:fence` once those orders
+    /// are closed, say), or put the resource's highest token back into the counters before the
+    /// name is used again.
     ///
     /// # Examples
     ///
