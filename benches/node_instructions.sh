@@ -15,7 +15,9 @@
 #        the primitives' cases of issue 29: write-plain, names-plain-N (the multi-name lock's
 #        plain entry over N free names), semaphore, semaphore-among-2 and the
 #        floors floor-semaphore, floor-read, floor-names-8, the commands that decide a case sent
-#        plain, without a script around them)
+#        plain, without a script around them; fenced, a fenced mutex's acquire, raise and
+#        release; write-plain-tx and fair-entry-tx, those entries as a cluster member sends them,
+#        in MULTI/EXEC)
 # Needs valgrind and redis-server (Debian's packages valgrind, redis-server).
 set -euo pipefail
 # Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
@@ -74,6 +76,10 @@ names_release=$(lua src/primitives/multi/release.lua)
 read_acquire=$(lua src/primitives/rwlock/read_acquire.lua)
 read_release=$(lua src/primitives/rwlock/read_release.lua)
 write_acquire=$(lua src/primitives/rwlock/write_acquire.lua)
+fenced_acquire=$(lua src/primitives/mutex/acquire_fenced.lua)
+fenced_raise=$(lua src/primitives/mutex/raise.lua)
+fenced_acquire_sha=$(sha "$fenced_acquire")
+fenced_raise_sha=$(sha "$fenced_raise")
 release_sha=$(sha "$release")
 names_acquire_sha=$(sha "$names_acquire")
 names_release_sha=$(sha "$names_release")
@@ -95,7 +101,7 @@ commands() {
     local case=$1 count=$2 i v
     for script in "$release" "$names_acquire" "$names_release" "$read_acquire" "$read_release" \
         "$write_acquire" "$noop" "$release_notify" "$fair_round" "$fair_release" \
-        "$sem_acquire" "$sem_release"; do
+        "$sem_acquire" "$sem_release" "$fenced_acquire" "$fenced_raise"; do
         resp SCRIPT LOAD "$script"
     done
     if [ "$case" = read-among-7 ] || [ "$case" = floor-read ]; then
@@ -117,6 +123,14 @@ commands() {
         case $case in
         mutex)
             resp SET n "$v" NX PX 8000
+            resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        fenced)
+            # A fenced mutex on a standalone server: the acquire that reads the counter (and the
+            # previous layout's), the raise to the token, the release. Tokens of today's size
+            # (microseconds since 1970), one more each time.
+            resp EVALSHA "$fenced_acquire_sha" 3 n '{n}:fence' 'n:fence' "$v" 8000
+            resp EVALSHA "$fenced_raise_sha" 2 n '{n}:fence' "$v" $((1750000000000000 + i))
             resp EVALSHA "$release_sha" 1 n "$v"
             ;;
         wake)
@@ -184,6 +198,24 @@ commands() {
             resp SET n "$v" NX PX 8000 GET
             resp EXISTS '{n}:writer-waiting'
             resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        write-plain-tx)
+            # The same entry as a cluster member sends it: one MULTI/EXEC (a slot migration
+            # redirects a transaction as a whole; see `engine::target::entry_for`).
+            resp MULTI
+            resp SET n "$v" NX PX 8000 GET
+            resp EXISTS '{n}:writer-waiting'
+            resp EXEC
+            resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        fair-entry-tx)
+            # The fair entry as a cluster member sends it (without its release notice's SPUBLISH
+            # arguments, as fair-entry), then the fair release.
+            resp MULTI
+            resp SET n "$v" NX PX 8000
+            resp EXISTS '{n}:line'
+            resp EXEC
+            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
             ;;
         semaphore | semaphore-among-2)
             # A permit of 3 taken and given back, alone or beside 2 other holders.

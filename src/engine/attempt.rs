@@ -16,6 +16,7 @@ use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
 use crate::error::{Error, NodeErrorKind};
+use crate::nodes::Member;
 
 /// The release of a failed attempt.
 pub(crate) enum Cleanup {
@@ -69,13 +70,21 @@ pub(crate) async fn attempt_once(
     let counted = std::mem::take(&mut tally.ours_nodes);
     // Every node answered that another owner holds the name: the attempt set nothing anywhere.
     // (A fair round that failed set our place in line wherever it was answered, and a fair entry
-    // that found a line took the key there.)
+    // that found a line took the key there.) A Redis Cluster member's "taken" proves nothing: the
+    // redis crate's cluster client sends a request again after an I/O error, and when the first
+    // one ran and only its reply was lost, the second finds the name taken by our own value. Left
+    // there, that value blocks the name until it expires, while nobody holds it
+    // (`tests/suite/cluster_primitives.rs`,
+    // `a_write_sent_again_after_a_reset_leaves_nothing_behind`). So a failed attempt with a
+    // cluster member releases; a standalone server's connection sends nothing twice.
     let set_nothing = !round
         && tally.failures.len() == nodes.len()
-        && tally
-            .failures
-            .iter()
-            .all(|f| matches!(f.kind, NodeErrorKind::Taken));
+        && tally.failures.iter().all(|f| {
+            matches!(f.kind, NodeErrorKind::Taken)
+                && nodes
+                    .get(f.node)
+                    .is_some_and(|node| node.connection.member() == Member::Standalone)
+        });
     let judged = tally.judge_acquire(left);
     // Fail-fast leaves the calls still in flight running after success: the key lands on more
     // nodes (a bare quorum turns one node loss into two holders). After failure they are dropped,

@@ -64,6 +64,12 @@ enum Message {
     One(Cmd),
     /// Commands sent in one write, answered in order (see `Target::entry`).
     Pipeline(Pipeline),
+    /// A lock write (one command, or with `entry` the target's pipeline) followed by `WAIT` in the
+    /// same write: the replicas' acknowledgement of it (see [`Request::with_replica_acks`]).
+    Acked {
+        pipeline: Pipeline,
+        entry: bool,
+    },
 }
 
 /// One command (or pipeline), built once and sent to every node: in two variants, since a
@@ -127,8 +133,24 @@ impl Request {
 
     /// The same request, whose lock writes count only once `acks` replicas acknowledged them
     /// (see [`call`]); `None` leaves it as it is.
+    ///
+    /// `WAIT` counts the replicas that acknowledged everything its connection wrote so far, on
+    /// the node that runs it: it says something of the write only on the node where the write
+    /// ran. So it travels in one pipeline with the write, after it. A cluster client routes a
+    /// pipeline by its first key and redirects it as a whole (`MOVED`, `ASK` with `ASKING` before
+    /// it, a failover's new master, a request sent again after an I/O error), and `WAIT` has no
+    /// key of its own: wherever the write runs, its `WAIT` runs there next. Sent apart, `WAIT` was
+    /// routed by the name's slot, to the master the client's map named, while the write may have
+    /// followed an `ASK` to a master importing the slot (or a `MOVED` the map had not caught up
+    /// with): the member counted another master's replicas (`tests/suite/replica_acks.rs`, `a_
+    /// write_that_followed_an_ask_is_acknowledged_where_it_landed`). On a standalone server the
+    /// pipeline also saves `WAIT` its own round trip.
     pub(crate) fn with_replica_acks(mut self, acks: Option<ReplicaAcks>) -> Self {
         self.replica_acks = acks;
+        if let Some(acks) = self.acks_for_ours() {
+            let message = std::mem::replace(&mut self.message, Message::One(Cmd::new()));
+            self.message = acked(message, acks);
+        }
         self
     }
 
@@ -187,14 +209,18 @@ impl Request {
                 .cluster
                 .get_or_init(|| {
                     self.cluster_refusal()?;
-                    Ok(Request::build(
+                    let message = Request::build(
                         self.op,
                         &self.target,
                         &self.value,
                         self.millis,
                         self.delivery,
                         Member::Cluster,
-                    ))
+                    );
+                    Ok(match self.acks_for_ours() {
+                        Some(acks) => acked(message, acks),
+                        None => message,
+                    })
                 })
                 .as_ref(),
         }
@@ -384,59 +410,133 @@ pub(crate) async fn call(
         // in its member's form.
         None => connection.learn_member().await?,
     };
-    let packed = match request.message(member).map_err(NodeErrorKind::clone)? {
-        Message::One(cmd) => Packed::One(cmd),
-        Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
+    let message = request.message(member).map_err(NodeErrorKind::clone)?;
+    let (packed, entry, acked) = match message {
+        Message::One(cmd) => (Packed::One(cmd), false, false),
+        Message::Pipeline(pipeline) => (Packed::Pipeline(pipeline), true, false),
+        Message::Acked { pipeline, entry } => (Packed::Pipeline(pipeline), *entry, true),
     };
-    let plain = matches!(packed, Packed::Pipeline(_));
     let needs = request.needs_on(member);
-    let reply = match connection.send_for(needs, packed).await? {
+    let replied = Replied::read(connection.send_for(needs, packed).await?, acked, entry);
+    let replied = match replied.reply {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
         Value::ServerError(error) if error.code() == "NOSCRIPT" => {
             match request.eval_cmd(request.op, member) {
-                Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
-                None => Value::ServerError(error),
+                Some(eval) => send_acked(connection, needs, &eval, request.acks_for_ours()).await?,
+                None => Replied {
+                    reply: Value::ServerError(error),
+                    ..replied
+                },
             }
         }
-        reply => reply,
+        _ => replied,
     };
     // A plain entry (always a pipeline) decides what the node's state lets it decide, the script
     // the rest. Boxed: the rest is rare, and must not grow every call's future.
-    let reply = if plain {
-        match request.target.settle(request.op, reply) {
-            Settled::Reply(reply) => reply,
-            settled => Box::pin(settle(connection, request, member, settled)).await?,
+    let replied = if entry {
+        match request.target.settle(request.op, replied.reply) {
+            Settled::Reply(reply) => Replied { reply, ..replied },
+            settled => Box::pin(settle(connection, request, member, settled, replied.wait)).await?,
         }
     } else {
-        reply
+        replied
     };
-    let ours = request.interpret(reply)?;
+    let ours = request.interpret(replied.reply)?;
     if let Some(acks) = request.acks_for_ours() {
-        let slot = key_slot(request.target.first());
-        let millis = whole_millis(acks.timeout);
-        let reply = connection
-            .wait_replicas(slot, acks.replicas, millis)
-            .await?;
-        acknowledged(reply, acks)?;
+        acknowledged(replied.wait.unwrap_or(Value::Nil), acks)?;
     }
     Ok(ours)
 }
 
+/// A node's reply to a request, and `WAIT`'s reply where the request's write carried one.
+struct Replied {
+    reply: Value,
+    wait: Option<Value>,
+}
+
+impl Replied {
+    /// Reads the reply to a message: with `acked`, the array of the write's replies (one command's,
+    /// or with `entry` the entry's several) followed by `WAIT`'s.
+    fn read(reply: Value, acked: bool, entry: bool) -> Replied {
+        let Value::Array(mut replies) = reply else {
+            return Replied { reply, wait: None };
+        };
+        if !acked {
+            return Replied {
+                reply: Value::Array(replies),
+                wait: None,
+            };
+        }
+        let wait = replies.pop();
+        let reply = match <[Value; 1]>::try_from(replies) {
+            Ok([one]) if !entry => one,
+            Ok(one) => Value::Array(one.into()),
+            Err(replies) => Value::Array(replies),
+        };
+        Replied { reply, wait }
+    }
+}
+
+/// `WAIT replicas timeout`: how many replicas acknowledged what the connection wrote so far.
+fn wait_cmd(acks: ReplicaAcks) -> Cmd {
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(acks.replicas).arg(whole_millis(acks.timeout));
+    wait
+}
+
+/// `message` followed by `WAIT` in one pipeline (see [`Request::with_replica_acks`]).
+fn acked(message: Message, acks: ReplicaAcks) -> Message {
+    let (mut pipeline, entry) = match message {
+        Message::One(cmd) => {
+            let mut pipeline = Pipeline::with_capacity(2);
+            pipeline.add_command(cmd);
+            (pipeline, false)
+        }
+        Message::Pipeline(pipeline) => (pipeline, true),
+        acked @ Message::Acked { .. } => return acked,
+    };
+    pipeline.add_command(wait_cmd(acks));
+    Message::Acked { pipeline, entry }
+}
+
+/// Sends `cmd`, followed by its `WAIT` in one pipeline where `acks` asks for one.
+async fn send_acked(
+    connection: &mut NodeConnection,
+    needs: &'static Needs,
+    cmd: &Cmd,
+    acks: Option<ReplicaAcks>,
+) -> Result<Replied, NodeErrorKind> {
+    let Some(acks) = acks else {
+        let reply = connection.send_for(needs, Packed::One(cmd)).await?;
+        return Ok(Replied { reply, wait: None });
+    };
+    let mut pipeline = Pipeline::with_capacity(2);
+    pipeline
+        .add_command(cmd.clone())
+        .add_command(wait_cmd(acks));
+    let reply = connection
+        .send_for(needs, Packed::Pipeline(&pipeline))
+        .await?;
+    Ok(Replied::read(reply, true, false))
+}
+
 /// What a plain entry left to do on a node (see `Target::settle`), on the connection the entry
-/// went out on: the reply the node's state gives, as the operation's script's.
+/// went out on: the reply the node's state gives, as the operation's script's, and the `WAIT`
+/// reply that follows the write that decided it (`wait`, the entry's, unless the script decides).
 async fn settle(
     connection: &mut NodeConnection,
     request: &Request,
     member: Member,
     settled: Settled,
-) -> Result<Value, NodeErrorKind> {
+    wait: Option<Value>,
+) -> Result<Replied, NodeErrorKind> {
     let needs = request.needs_on(member);
     match settled {
-        Settled::Reply(reply) => Ok(reply),
+        Settled::Reply(reply) => Ok(Replied { reply, wait }),
         Settled::After(cmd, reply) => {
             let done = connection.send_for(needs, Packed::One(&cmd)).await?;
             done.extract_error().map_err(NodeErrorKind::Redis)?;
-            Ok(reply)
+            Ok(Replied { reply, wait })
         }
         Settled::Release(reply) => {
             let (op, needs) = (request.release, request.needs_of(request.release, member));
@@ -454,20 +554,25 @@ async fn settle(
                 done => done,
             };
             done.extract_error().map_err(NodeErrorKind::Redis)?;
-            Ok(reply)
+            Ok(Replied { reply, wait })
         }
         Settled::Script => {
             let (value, millis) = (&request.value, request.millis);
             let target = &request.target;
             let cmd = target.command(request.op, request.delivery, member, value, millis);
-            Ok(match connection.send_for(needs, Packed::One(&cmd)).await? {
+            let acks = request.acks_for_ours();
+            let replied = send_acked(connection, needs, &cmd, acks).await?;
+            Ok(match replied.reply {
                 Value::ServerError(error) if error.code() == "NOSCRIPT" => {
                     match request.eval_cmd(request.op, member) {
-                        Some(eval) => connection.send_for(needs, Packed::One(&eval)).await?,
-                        None => Value::ServerError(error),
+                        Some(eval) => send_acked(connection, needs, &eval, acks).await?,
+                        None => Replied {
+                            reply: Value::ServerError(error),
+                            ..replied
+                        },
                     }
                 }
-                reply => reply,
+                _ => replied,
             })
         }
     }
@@ -539,6 +644,71 @@ mod tests {
             let request = request(op).with_replica_acks(Some(acks));
             assert_eq!(request.acks_for_ours().is_some(), waits, "{op:?}");
         }
+    }
+
+    /// Every lock write carries its `WAIT` in its own pipeline, after it, on both kinds of member,
+    /// and its reply reads apart from the write's; a release carries none.
+    #[test]
+    fn a_write_and_its_wait_travel_together() {
+        use crate::primitives::words;
+        let acks = ReplicaAcks {
+            replicas: 1,
+            timeout: Duration::from_millis(150),
+        };
+        let target: Arc<dyn Target> = Arc::new(crate::primitives::mutex::MutexTarget::new(
+            Arc::from("name"),
+        ));
+        let release = Op::Release {
+            notify: false,
+            hand_off: false,
+        };
+        for op in [
+            Op::Acquire,
+            Op::AcquireFenced,
+            Op::Extend,
+            Op::Raise(7),
+            Op::Enter,
+        ] {
+            let request =
+                Request::new(op, &target, &Arc::from("v"), 8000).with_replica_acks(Some(acks));
+            for member in [Member::Standalone, Member::Cluster] {
+                let Ok(Message::Acked { pipeline, entry }) = request.message(member) else {
+                    panic!("{op:?} on {member:?}: no WAIT in the write's pipeline");
+                };
+                let sent: Vec<Vec<String>> = pipeline.cmd_iter().map(words).collect();
+                assert_eq!(
+                    sent.last().map(Vec::as_slice),
+                    Some(&["WAIT".to_owned(), "1".to_owned(), "150".to_owned()][..]),
+                    "{op:?}"
+                );
+                assert_eq!(*entry, op == Op::Enter, "{op:?}");
+                // An entry's SET and EXISTS (in MULTI/EXEC on a cluster), one command else.
+                let write = match (op, member) {
+                    (Op::Enter, Member::Standalone) => 2,
+                    (Op::Enter, Member::Cluster) => 4,
+                    _ => 1,
+                };
+                assert_eq!(sent.len(), write + 1, "{op:?} {sent:?}");
+            }
+        }
+        let quiet =
+            Request::new(release, &target, &Arc::from("v"), 8000).with_replica_acks(Some(acks));
+        for member in [Member::Standalone, Member::Cluster] {
+            assert!(matches!(quiet.message(member), Ok(Message::One(_))));
+        }
+        let one = Replied::read(Value::Array(vec![Value::Okay, Value::Int(1)]), true, false);
+        assert_eq!((one.reply, one.wait), (Value::Okay, Some(Value::Int(1))));
+        let entry = Replied::read(
+            Value::Array(vec![Value::Okay, Value::Int(0), Value::Int(1)]),
+            true,
+            true,
+        );
+        assert_eq!(entry.reply, Value::Array(vec![Value::Okay, Value::Int(0)]));
+        assert_eq!(entry.wait, Some(Value::Int(1)));
+        // An error for the whole pipeline stays the reply, with no WAIT to read.
+        let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
+        let whole = Replied::read(refused.clone(), true, false);
+        assert_eq!((whole.reply, whole.wait), (refused, None));
     }
 
     #[test]

@@ -135,6 +135,59 @@ pub(crate) enum Settled {
     Release(Value),
 }
 
+/// A plain entry of several commands (`commands`, over keys of one name's slot), as a member of
+/// kind `member` must receive it: as it is on a standalone server; on a Redis Cluster, in one
+/// transaction (`MULTI`, the commands, `EXEC`).
+///
+/// While a slot migrates, its master answers `ASK` for keys it no longer has, and the cluster
+/// client sends the whole pipeline again to the master importing the slot, after `ASKING`. The
+/// importing master serves only the next command so flagged, or a whole transaction: a plain
+/// pipeline's second command was sent back with `MOVED`, the client followed it to the first
+/// master, and the pipeline bounced between them until the client gave up; worse, its first
+/// command had run on the importing master, which need not hold the name. A transaction is
+/// checked as a whole: it runs on one master with every key it names there, or not at all
+/// (`EXEC` answers `TRYAGAIN` while its keys are split between the two masters, or missing on
+/// the importing one, which the client retries after a pause, as it does a script's). Its
+/// replies are read with [`executed`]. A standalone server moves no slots, and its entries stay
+/// the plain pipelines they were, two commands fewer for the node to run.
+pub(crate) fn entry_for(member: Member, commands: Pipeline) -> Pipeline {
+    match member {
+        Member::Standalone => commands,
+        Member::Cluster => {
+            let mut pipeline = Pipeline::with_capacity(commands.len() + 2);
+            pipeline.cmd("MULTI");
+            for cmd in commands.cmd_iter() {
+                pipeline.add_command(cmd.clone());
+            }
+            pipeline.cmd("EXEC");
+            pipeline
+        }
+    }
+}
+
+/// The replies of an entry's commands: from a transaction of [`entry_for`] (`OK` to `MULTI`, a
+/// `QUEUED` for each command, then `EXEC`'s array of their replies), `EXEC`'s array; anything
+/// else (a plain pipeline's replies, a transaction that was aborted, whose `EXEC` answers an
+/// error) as it came.
+pub(crate) fn executed(reply: Value) -> Value {
+    let Value::Array(mut replies) = reply else {
+        return reply;
+    };
+    let transaction = matches!(replies.first(), Some(Value::Okay))
+        && matches!(replies.last(), Some(Value::Array(_)))
+        && replies[1..replies.len() - 1]
+            .iter()
+            .all(|queued| matches!(queued, Value::SimpleString(text) if text == "QUEUED"));
+    match replies.pop() {
+        Some(exec) if transaction => exec,
+        Some(last) => {
+            replies.push(last);
+            Value::Array(replies)
+        }
+        None => Value::Array(replies),
+    }
+}
+
 /// The key `suffix` beside `name` (one of the reserved suffixes, see `primitives`): the name's
 /// slot prefix followed by the suffix, `{order:42}:fence` for `order:42` and
 /// `{user:1}:cart::fence` for `{user:1}:cart` (see

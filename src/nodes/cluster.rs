@@ -12,7 +12,7 @@ use futures::future::join_all;
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
-    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo, SingleNodeRoutingInfo,
 };
 use redis::{Cmd, RedisError, RedisResult, Value};
 
@@ -132,17 +132,6 @@ pub(crate) async fn each_master(
             .collect()),
         other => Err(unexpected("a reply per master", &other)),
     }
-}
-
-/// Sends `cmd` to the master that holds `slot`, on the client's connection to it.
-pub(crate) async fn on_master_of(
-    connection: &mut ClusterConnection,
-    slot: u16,
-    cmd: Cmd,
-) -> RedisResult<Value> {
-    let master = Route::new(slot, SlotAddr::Master);
-    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(master));
-    connection.route_command(cmd, routing).await
 }
 
 /// `PING` on every master: what the probe of a suspect cluster connection sends (see `health`).

@@ -222,33 +222,6 @@ impl NodeConnection {
         }
     }
 
-    /// `WAIT replicas timeout_ms` where this connection's last write went: on a standalone
-    /// server, the server; on a cluster, the master of `slot` (the crate would send a command
-    /// without keys to any node, whose count says nothing of the write). WAIT counts the
-    /// replicas that acknowledged everything this connection wrote so far, so it must go out on
-    /// the connection the write went out on: a cluster client keeps one connection per node, and
-    /// the write to the slot went to that master's. Its reply: how many replicas did.
-    pub(crate) async fn wait_replicas(
-        &mut self,
-        slot: u16,
-        replicas: u32,
-        timeout_ms: u64,
-    ) -> Result<Value, NodeErrorKind> {
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(timeout_ms);
-        #[cfg(feature = "cluster")]
-        if self.member() == Member::Cluster
-            && let Some(mut cluster) = self.cluster().await?
-        {
-            return super::cluster::on_master_of(&mut cluster, slot, wait)
-                .await
-                .map_err(NodeErrorKind::Redis);
-        }
-        #[cfg(not(feature = "cluster"))]
-        let _ = slot;
-        self.send(&wait).await.map_err(node_error)
-    }
-
     /// Sends one command. Not an `async fn`: each async layer around the redis crate's large
     /// future costs a copy of it and a state machine on every node call. Errors the node replied
     /// with come back as [`Value::ServerError`].

@@ -38,8 +38,7 @@ pub(crate) fn slot_prefix(name: &str) -> Option<String> {
 
 /// The slot of `key` in a Redis Cluster: CRC16 (XMODEM) of its hash tag, or of the whole key
 /// without one, modulo 16384, as `CLUSTER KEYSLOT` answers: for the checks of multi-name locks
-/// and the routing of `WAIT` (the engine), and for the scratch key the operator's checks put on
-/// each master.
+/// (the engine), and for the scratch key the operator's checks put on each master.
 pub(crate) fn key_slot(key: &str) -> u16 {
     let hashed = hash_tag(key).unwrap_or(key);
     let mut crc: u16 = 0;

@@ -113,8 +113,10 @@ impl Lock {
     /// token is the original holder's to pass on).
     ///
     /// Tokens of one name strictly increase from one holder to the next, as long as the nodes keep
-    /// their data. Pass the token with every write to the protected resource, and let the resource
-    /// refuse a token lower than one it has already seen (see [`fenced_set`](crate::fenced_set)).
+    /// their data or, where one lost its counter, their clocks agree (see
+    /// [`with_fencing`](Mutex::with_fencing)). Pass the token with every write to the protected
+    /// resource, and let the resource refuse a token lower than one it has already seen (see
+    /// [`fenced_set`](crate::fenced_set)).
     ///
     /// # Examples
     ///

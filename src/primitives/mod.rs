@@ -346,6 +346,7 @@ mod tests {
                             assert_eq!(words[3], name, "{context}");
                             &words[3..3 + count]
                         }
+                        "MULTI" | "EXEC" => &[],
                         _ => &words[1..2],
                     };
                     for key in keys {

@@ -11,7 +11,9 @@
 //! Each node holds the lock key (a value with a lease) and a counter key beside it (never expires,
 //! starts at 0, only ever raised). Every script runs atomically on its node.
 //! 1. Acquire, sent to every node: if the lock is free, set it to our value (unique per attempt)
-//!    and reply `Ok(counter)`; otherwise `Taken`.
+//!    and reply `Ok(max(counter, clock))`, the node's clock being a floor under the counter
+//!    (`Scheme::FencedClockFloor`, what the scripts do since issue 36; `Scheme::Fenced` replies
+//!    `Ok(counter)`, the protocol before it); otherwise `Taken`.
 //! 2. With `Ok` from a quorum, the token is `t = max(counters of the counted Ok replies) + 1`.
 //!    Otherwise the attempt fails: release everywhere, maybe retry later (bounded).
 //! 3. Raise, sent to exactly the nodes whose `Ok` went into `t`: if the lock still holds our value,
@@ -48,6 +50,19 @@
 //!
 //! Both fenced variants still keep `REAL_TIME_ORDER`, which needs only the raise before the
 //! hand-out; uniqueness and `INTACT_HANDOUT_ORDER` need the other two ingredients.
+//!
+//! # Nodes that lose their data, and the clock floor
+//! With `forgets`, a node may lose its lock and its counter (a restart without persistence, a
+//! failover to a replica that missed the last raise). Then the next holder's quorum may share
+//! only that node with the earlier holder's raise quorum, and `Scheme::Fenced` hands out a token
+//! no larger than one handed out before the holder began (`a_forgotten_counter_repeats_tokens_
+//! without_the_clock_floor`). `Scheme::FencedClockFloor` keeps all three properties through such a
+//! loss: every counter and token is at most the clock when it was chosen (by induction: a token
+//! is one more than a read, each read at most the clock, and the clock moves on once the token is
+//! chosen), so a read after a hand-out, on any node, is larger than that token, whatever the
+//! node remembers. The clock is one, shared by the nodes: the model assumes clocks that agree, and
+//! that real time passes between a token's choice and a later read (see `State::now`). Real
+//! clocks agree only within some bound; `doc/fencing.md` says what the bound must be.
 //!
 //! # Proof sketch
 //! Write `acq(v, n)` and `raise(v, n)` for the moments the scripts of the attempt with value `v` run
@@ -88,9 +103,12 @@
 //!   only decide *when* a client gives up, and every moment is explored).
 //! - `Taken` and `Lost` replies, and release messages: each could only cause what a timeout or an
 //!   expiry already may cause at any step, so they are not separate messages (see `Msg`).
-//! - Persistence: nodes never lose data. A node restarted without persistence comes back with its
-//!   counter at 0 (and its lock free), which breaks token monotonicity just as it breaks the lock's
-//!   mutual exclusion; that is out of scope here and documented as such.
+//! - Persistence: unless `forgets` allows it, nodes never lose data. A loss is one step, after
+//!   which the node serves at once; Redlock's delayed restart (a node kept down longer than the
+//!   longest expiry) is not needed for the tokens' properties, given clocks that agree (it is
+//!   for the lock's mutual exclusion, which expiries at any step leave out of the model anyway).
+//! - Clock skew: the nodes share one clock, which moves on only when an attempt begins and when
+//!   a token is chosen (see `State::now`).
 //! - After the hand-out the holder's part is over: whether it unlocks soon or keeps the lock until
 //!   its lease runs out only decides how long other acquires are kept out, and delays already
 //!   cover that (the properties are about tokens, not about mutual exclusion, which expiries
@@ -114,13 +132,28 @@ const ATTEMPTS: &[u8] = &[2, 1];
 
 type Run = model_check::Run<FencingModel>;
 
-/// Checks `scheme` with `attempts` per client (see [`Run::check`](model_check::Run::check)).
+/// Checks `scheme` with `attempts` per client (see [`Run::check`](model_check::Run::check)),
+/// nodes keeping their data.
 fn check(scheme: Scheme, attempts: &'static [u8], stop_at: &[&'static str]) -> Run {
-    let model = FencingModel { scheme, attempts };
+    check_forgetting(scheme, attempts, 0, stop_at)
+}
+
+/// As [`check`], with up to `forgets` losses of a node's data in a run.
+fn check_forgetting(
+    scheme: Scheme,
+    attempts: &'static [u8],
+    forgets: u8,
+    stop_at: &[&'static str],
+) -> Run {
+    let model = FencingModel {
+        scheme,
+        attempts,
+        forgets,
+    };
     Run::check(
         model,
         stop_at,
-        &format!("{scheme:?}, attempts {attempts:?}"),
+        &format!("{scheme:?}, attempts {attempts:?}, forgets {forgets}"),
     )
 }
 
@@ -157,6 +190,42 @@ fn fencing_tokens_strictly_increase() {
     run.assert_holds(REAL_TIME_ORDER);
     run.assert_holds(UNIQUE);
     run.assert_holds(INTACT_HANDOUT_ORDER);
+}
+
+/// A node that lost its data (its counter back to 0) breaks quorum intersection for counters as it
+/// does for locks: the next holder's quorum may meet the earlier holder's raise quorum only at
+/// that node. Reading the node's clock as a floor under the counter keeps every property, with one
+/// node's loss anywhere in the run (runs without a loss included); two clients with one attempt
+/// each here, three attempts in the ignored test below.
+#[test]
+fn the_clock_floor_keeps_tokens_increasing_when_a_node_forgets() {
+    let run = check_forgetting(Scheme::FencedClockFloor, &[1, 1], 1, &[]);
+    assert!(run.complete);
+    assert!(
+        run.unique_states > 100_000,
+        "suspiciously few states: {}",
+        run.unique_states
+    );
+    run.assert_holds(REAL_TIME_ORDER);
+    run.assert_holds(UNIQUE);
+    run.assert_holds(INTACT_HANDOUT_ORDER);
+}
+
+/// Without the floor (the protocol before issue 36), one node's loss hands a later holder a token
+/// no larger than one handed out before it began: the counterexample ends with the node that
+/// forgot being the only one its quorum shares with the earlier holder's raise quorum.
+#[test]
+fn a_forgotten_counter_repeats_tokens_without_the_clock_floor() {
+    let run = check_forgetting(Scheme::Fenced, &[1, 1], 1, &[REAL_TIME_ORDER]);
+    let (last, story) = run.counterexample(REAL_TIME_ORDER);
+    let h = &last.handouts;
+    let broken = (0..h.len()).any(|later| {
+        h[..h[later].handouts_at_begin]
+            .iter()
+            .any(|earlier| earlier.token >= h[later].token)
+    });
+    assert!(broken, "{story}");
+    assert!(story.contains("forgets its data"), "{story}");
 }
 
 #[test]
@@ -217,4 +286,9 @@ fn fencing_tokens_strictly_increase_in_larger_configurations() {
         run.assert_holds(UNIQUE);
         run.assert_holds(INTACT_HANDOUT_ORDER);
     }
+    // A node's loss with the clock floor, over three attempts (5 million states).
+    let run = check_forgetting(Scheme::FencedClockFloor, ATTEMPTS, 1, &[]);
+    run.assert_holds(REAL_TIME_ORDER);
+    run.assert_holds(UNIQUE);
+    run.assert_holds(INTACT_HANDOUT_ORDER);
 }

@@ -8,7 +8,7 @@ use redmutex::{Error, NodeErrorKind, Redlock, fenced_set};
 use testenv::{Cluster, Mode};
 
 use crate::support;
-use crate::support::{client, contended};
+use crate::support::{AHEAD, client, contended};
 
 /// A URL where nothing listens: a node this client cannot reach (one side of a partition).
 const UNREACHABLE: &str = "redis://127.0.0.1:1/";
@@ -51,9 +51,10 @@ async fn tokens_increase_from_holder_to_holder() {
 }
 
 /// The counterexample to "the maximum of the counters on the acquiring quorum": node 0's counter
-/// is ahead (failed partial attempts inflated it). Client A sees nodes 0, 1, 2 and gets a token
-/// above it; client B sees nodes 2, 3, 4, whose counters know nothing of node 0's. Without the raise
-/// round, B would get token 1, below A's. With it, node 2 carries A's token into B's quorum.
+/// is ahead (failed partial attempts inflated it, here beyond every node's clock). Client A sees
+/// nodes 0, 1, 2 and gets a token above it; client B sees nodes 2, 3, 4, whose counters know
+/// nothing of node 0's. Without the raise round, B would get a token from their counters and
+/// clocks, below A's. With it, node 2 carries A's token into B's quorum.
 #[tokio::test]
 async fn an_inflated_counter_never_yields_a_smaller_later_token() {
     let cluster = Cluster::start(5);
@@ -67,7 +68,9 @@ async fn an_inflated_counter_never_yields_a_smaller_later_token() {
         .await
         .expect("URLs parse");
     let name = "fencing:inflated";
-    cluster.node(0).set(&support::beside(name, ":fence"), "100");
+    cluster
+        .node(0)
+        .set(&support::beside(name, ":fence"), &(AHEAD + 100).to_string());
 
     let lock_a = a
         .new_mutex(name)
@@ -76,7 +79,7 @@ async fn an_inflated_counter_never_yields_a_smaller_later_token() {
         .await
         .expect("A gets 0, 1, 2");
     let token_a = lock_a.token().expect("fencing is on");
-    assert_eq!(token_a, 101);
+    assert_eq!(token_a, AHEAD + 101);
     lock_a.unlock().await.expect("unlock");
 
     let lock_b = b
@@ -88,8 +91,8 @@ async fn an_inflated_counter_never_yields_a_smaller_later_token() {
     let token_b = lock_b.token().expect("fencing is on");
     assert!(token_b > token_a, "B got {token_b} after A's {token_a}");
     // What carried A's token into B's quorum: the raise round wrote it to A's whole quorum.
-    assert_eq!(counter(&cluster, 0, name), 101);
-    assert_eq!(counter(&cluster, 1, name), 101);
+    assert_eq!(counter(&cluster, 0, name), AHEAD + 101);
+    assert_eq!(counter(&cluster, 1, name), AHEAD + 101);
 }
 
 /// A holder paused past its validity wakes up and writes with its old token: the resource refuses
@@ -184,12 +187,13 @@ async fn tokens_increase_under_contention_and_faults() {
 }
 
 /// Only the nodes whose counters went into the token count for its raise. Node 2's counter is far
-/// ahead, and its acquire reply comes too late to be counted: its proxy holds its traffic until the
+/// ahead (of every node's clock too), and its acquire reply comes too late to be counted: its proxy
+/// holds its traffic until the
 /// raise round has begun. Node 1 is counted, but loses the key before its raise arrives (as a node
 /// restarted without persistence would): its proxy lets the acquire through and holds the raise
 /// sent right after it. So the raise succeeds on node 0, and on node 2, where the acquire has
-/// landed by then. Counting node 2 would hand out token 1 on a raise quorum that includes a node
-/// whose counter (100) never went into it: the way two holders end up with one token (the
+/// landed by then. Counting node 2 would hand out a token on a raise quorum that includes a node
+/// whose counter (far above that token) never went into it: the way two holders end up with one token (the
 /// `FencedRaiseOnAll` counterexample of tests/models/fencing.rs). Node 0 alone is no quorum.
 ///
 /// Nothing races the client: node 2 gets nothing before the test lets it, node 1's proxy counts
@@ -211,7 +215,9 @@ async fn a_raise_counts_only_the_nodes_counted_into_the_token() {
             .all(|n| n.calls("script|load") == scripts)
     })
     .await;
-    cluster.node(2).set(&support::beside(name, ":fence"), "100");
+    cluster
+        .node(2)
+        .set(&support::beside(name, ":fence"), &(AHEAD + 100).to_string());
     proxies.set_mode(&[1], Mode::HoldAfter(1));
     proxies.set_mode(&[2], Mode::Blackhole);
 
@@ -223,8 +229,9 @@ async fn a_raise_counts_only_the_nodes_counted_into_the_token() {
         .with_fail_fast(true)
         .with_tries(1);
     let attempt = tokio::spawn(async move { mutex.try_lock().await });
-    // Node 0 took the raise to token 1: the token was chosen from nodes 0 and 1 alone.
-    support::eventually("node 0 took the raise", || counter(&cluster, 0, name) == 1).await;
+    // Node 0 took the raise: the token was chosen from nodes 0 and 1 alone, below node 2's counter.
+    support::eventually("node 0 took the raise", || counter(&cluster, 0, name) > 0).await;
+    assert!(counter(&cluster, 0, name) < AHEAD);
     cluster.node(1).del(name);
     proxies.set_mode(&[1, 2], Mode::Pass);
 
@@ -245,4 +252,57 @@ async fn a_raise_counts_only_the_nodes_counted_into_the_token() {
         ),
         Err(other) => panic!("expected NoQuorum, got {other:?}"),
     }
+}
+
+/// A node that lost its counter must not let a later holder repeat a token. Three nodes whose
+/// counters stand at 5. The first holder reaches nodes 1 and 2 only (node 3 is cut off from it)
+/// and raises them; its lock expires; node 1 then restarts empty (without persistence, after the
+/// lock it held expired, as Redlock asks of a restart); the second holder reaches nodes 1 and 3
+/// only. Quorum intersection no longer carries the first token (node 1 forgot it, node 3 never
+/// saw it): `max(0, 5) + 1` would hand out the first holder's token again. The node's clock does:
+/// each counter read is at least the node's time in microseconds, later than every token handed
+/// out before.
+#[tokio::test]
+async fn a_node_that_lost_its_counter_never_repeats_a_token() {
+    let cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let name = "fencing:forgotten";
+    for node in cluster.nodes() {
+        node.set(&support::beside(name, ":fence"), "5");
+    }
+    let fenced = |redlock: &Redlock| {
+        redlock
+            .new_mutex(name)
+            .with_fencing(true)
+            .with_expiry(Duration::from_millis(500))
+            .with_tries(1)
+    };
+    let first = Redlock::connect([urls[0].as_str(), urls[1].as_str(), UNREACHABLE])
+        .await
+        .expect("URLs parse");
+
+    let held = fenced(&first).lock().await.expect("nodes 1 and 2");
+    let first_token = held.token().expect("fencing is on");
+    assert!(first_token > 5);
+    for node in [0, 1] {
+        assert_eq!(counter(&cluster, node, name), first_token);
+    }
+    assert_eq!(counter(&cluster, 2, name), 5, "node 3 never saw it");
+    support::eventually("the first lock expired", || {
+        cluster.nodes().iter().all(|node| !node.exists(name))
+    })
+    .await;
+    cluster.node(0).restart();
+    assert_eq!(counter(&cluster, 0, name), 0, "node 1 forgot its counter");
+    let second = Redlock::connect([urls[0].as_str(), UNREACHABLE, urls[2].as_str()])
+        .await
+        .expect("URLs parse");
+
+    let later = fenced(&second).lock().await.expect("nodes 1 and 3");
+    let second_token = later.token().expect("fencing is on");
+    assert!(
+        second_token > first_token,
+        "the second holder got token {second_token} after the first holder's {first_token}"
+    );
+    later.unlock().await.expect("unlock");
 }

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use redmutex::Error;
 use testenv::Cluster;
 
-use crate::support::{self, beside, client, eventually, quick};
+use crate::support::{self, AHEAD, beside, client, eventually, micros_now, quick};
 
 /// The value of `key` on every node.
 fn on_every_node(cluster: &Cluster, key: &str) -> Vec<Option<String>> {
@@ -185,25 +185,27 @@ async fn tokens_go_on_from_a_counter_of_the_previous_layout() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster).await;
     let (mutex, multi, writer) = ("keys:old:mutex", "keys:old:multi", "keys:old:writer");
+    // Ahead of the nodes' clocks, so that the counters decide the tokens.
+    let old = AHEAD + 41;
     for name in [mutex, multi, "keys:old:other", writer] {
         for node in cluster.nodes() {
-            node.set(&format!("{name}:fence"), "41");
+            node.set(&format!("{name}:fence"), &old.to_string());
         }
     }
     let fenced = |name| redlock.new_mutex(name).with_fencing(true);
     let lock = fenced(mutex).lock().await.expect("free");
-    assert_eq!(lock.token(), Some(42));
+    assert_eq!(lock.token(), Some(old + 1));
     lock.unlock().await.expect("unlock");
     let lock = fenced(mutex).lock().await.expect("free");
-    assert_eq!(lock.token(), Some(43));
+    assert_eq!(lock.token(), Some(old + 2));
     lock.unlock().await.expect("unlock");
     assert_eq!(
         on_every_node(&cluster, &beside(mutex, ":fence")),
-        vec![Some("43".to_owned()); 3]
+        vec![Some((old + 2).to_string()); 3]
     );
     assert_eq!(
         on_every_node(&cluster, &format!("{mutex}:fence")),
-        vec![Some("41".to_owned()); 3],
+        vec![Some(old.to_string()); 3],
         "read, never written"
     );
 
@@ -211,17 +213,17 @@ async fn tokens_go_on_from_a_counter_of_the_previous_layout() {
         .new_multi_mutex([multi, "keys:old:fresh"])
         .with_fencing(true);
     let lock = names.lock().await.expect("free");
-    assert_eq!(lock.token(), Some(42));
+    assert_eq!(lock.token(), Some(old + 1));
     lock.unlock().await.expect("unlock");
 
     let rwlock = redlock.new_rwlock(writer).with_fencing(true);
     let lock = rwlock.write().await.expect("free");
-    assert_eq!(lock.token(), Some(42));
+    assert_eq!(lock.token(), Some(old + 1));
     lock.unlock().await.expect("unlock");
 }
 
 /// What the previous layout left at `<name>:fence` was a counter of ours only if it is a number:
-/// anything else there counts as no counter, and locking goes on.
+/// anything else there counts as no counter, and locking goes on: the token is the nodes' clock.
 #[tokio::test]
 async fn anything_else_at_the_old_counter_counts_as_none() {
     let cluster = Cluster::start(3);
@@ -236,12 +238,19 @@ async fn anything_else_at_the_old_counter_counts_as_none() {
             .expect("RPUSH");
     }
     for name in ["keys:junk", "keys:list"] {
+        let before = micros_now();
         let lock = quick(&redlock, name)
             .with_fencing(true)
             .lock()
             .await
             .expect("the old key is ignored");
-        assert_eq!(lock.token(), Some(1), "{name}");
+        let token = lock.token().expect("fenced");
+        // The nodes' clock in microseconds, plus one: this machine's, a second of slack for a
+        // clock that steps back.
+        assert!(
+            (before - 1_000_000..AHEAD).contains(&token),
+            "{name}: {token}"
+        );
         lock.unlock().await.expect("unlock");
     }
 }

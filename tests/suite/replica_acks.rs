@@ -1,6 +1,6 @@
 //! `with_replica_acks(n)`: a member counts a lock write only once `n` replicas of the master that
-//! took it acknowledged it (`WAIT`), on a Redis Cluster (WAIT routed to the slot's master) and on
-//! a standalone server with replicas; a member whose replicas do not answer fails with its own
+//! took it acknowledged it (`WAIT`, in one pipeline with the write, so that it runs where the write
+//! ran, also after a redirection), on a Redis Cluster and on a standalone server with replicas; a member whose replicas do not answer fails with its own
 //! error and a failed attempt releases its write; off by default, with no WAIT sent.
 #![cfg(feature = "cluster")]
 
@@ -256,4 +256,84 @@ async fn a_failover_keeps_an_acknowledged_lock() {
     );
     lock.unlock().await.expect("unlock on the new master");
     assert!(!cluster.exists(name));
+}
+
+/// `ASKING` and `EXISTS` on `node`, which imports the slot of `key`: whether the key is there.
+fn exists_importing(node: &Node, key: &str) -> bool {
+    let mut connection = node.connection();
+    redis::cmd("ASKING")
+        .query::<()>(&mut connection)
+        .expect("ASKING");
+    connection.exists(key).expect("EXISTS after ASKING")
+}
+
+/// During a slot's migration, a new name's write is answered `ASK` by the source and lands on the
+/// importing master: its acknowledgement must be the target's replica's, wherever the slot map
+/// says the slot is. Here the target's replica stops: a name the target owns is refused, and so
+/// must be a name of the migrating slot (whose key lands on the target), where a `WAIT` sent to
+/// the slot's owner (the source, whose replica answers) would count it. An extension of a lock
+/// that landed there before the replica stopped is refused the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_followed_an_ask_is_acknowledged_where_it_landed() {
+    let cluster = RedisCluster::start(3, 1);
+    let redlock = Redlock::connect([cluster.seed_url()]).await.expect("a URL");
+    let tag = "replica-acks:migrating";
+    let slot = testenv::key_slot(tag);
+    let source = cluster.master_of_slot(slot);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|master| master.port() != source.port())
+        .expect("another master");
+    let target_replica = cluster.replicas_of(target)[0];
+    let owned = cluster.key_on(target, "replica-acks:owned:");
+    // Connected to every master before anything stops.
+    for name in [owned.as_str(), tag] {
+        let lock = acked(&redlock, name, 1).lock().await.expect("free");
+        lock.unlock().await.expect("unlock");
+    }
+
+    let migration = cluster.begin_migration(slot, target);
+    let held_name = format!("{{{tag}}}:held");
+    let held = acked(&redlock, &held_name, 1)
+        .lock()
+        .await
+        .expect("both replicas answer");
+    assert!(
+        exists_importing(target, &held_name),
+        "the key landed on the target"
+    );
+    target_replica.pause();
+
+    let unreplicated = |error: &Error| error.to_string().contains("0 of 1 replicas acknowledged");
+    let error = acked(&redlock, &owned, 1)
+        .with_tries(1)
+        .lock()
+        .await
+        .expect_err("the target's replica acknowledges nothing");
+    assert!(unreplicated(&error), "{error}");
+
+    let fresh = format!("{{{tag}}}:fresh");
+    match acked(&redlock, &fresh, 1).with_tries(1).lock().await {
+        Err(error) => assert!(unreplicated(&error), "{error}"),
+        Ok(lock) => panic!(
+            "locked with its key on the target ({}), whose replica acknowledged nothing: the \
+             acknowledgement counted was another master's",
+            exists_importing(target, lock.name())
+        ),
+    }
+    assert!(
+        !exists_importing(target, &fresh),
+        "the failed attempt released its write"
+    );
+    match held.extend().await {
+        Err(error) => assert!(unreplicated(&error), "{error}"),
+        Ok(()) => panic!(
+            "extended on the target, whose replica acknowledged nothing: the acknowledgement \
+             counted was another master's"
+        ),
+    }
+    target_replica.resume();
+    drop(held);
+    migration.finish();
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Target, Verb, beside};
+use crate::engine::target::{self, Settled, Target, Verb, beside};
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::nodes::Member;
 use crate::nodes::probe::{Answer, unexpected};
@@ -100,6 +100,10 @@ impl Target for ElectionTarget {
 
     fn entry(&self, op: Op, member: Member, value: &str, millis: u64) -> Option<Pipeline> {
         self.mutex.entry(op, member, value, millis)
+    }
+
+    fn settle(&self, op: Op, reply: Value) -> Settled {
+        self.mutex.settle(op, reply)
     }
 }
 

@@ -296,20 +296,27 @@ impl Mutex {
     /// Costs one more concurrent round trip per acquisition: after a quorum said OK, the name's
     /// counter (key `{<name>}:fence` on every node, in the name's slot, never expiring, kept across
     /// unlocks; see [keys and notice channels](crate::guide::keys)) is raised to the new token on
-    /// a quorum where this lock's value holds, and only then is the token handed out. That second round is what makes tokens strictly increase across holders even when
-    /// failed partial attempts left some nodes' counters ahead (see [`fenced_set`](crate::fenced_set) for the proof).
-    /// Tokens are exact up to 2^53 (Redis scripts count in doubles).
+    /// a quorum where this lock's value holds, and only then is the token handed out. That second
+    /// round is what makes tokens strictly increase across holders even when failed partial
+    /// attempts left some nodes' counters ahead (see [`fenced_set`](crate::fenced_set) for the
+    /// proof). Each node reads its counter with its clock (`TIME`, in microseconds) as a floor, so
+    /// a node that lost its counter (a restart without persistence, a failover that lost the last
+    /// raise) still hands the next holder a larger token, as long as the nodes' clocks agree
+    /// within the time between the two acquisitions. Tokens are microsecond timestamps or just
+    /// above, exact up to 2^53 (Redis scripts count in doubles; the year 2255).
     ///
     /// # Counters stay
     ///
     /// A counter never expires, so every name that ever had a fenced holder keeps one small
     /// string key on every node: about its key's length plus 55 bytes (see `benches/README.md`),
     /// which matters for per-entity names (a lock per order or per user). redmutex never deletes
-    /// counters. Deleting the counter of a name that will be locked again makes its tokens start
-    /// over from 1, and a resource that remembers the highest token it accepted then refuses the
-    /// next holders until the counter climbs past it; delete only the counters of names that are
-    /// done for good (`SCAN MATCH {order:*}:fence` once those orders are closed, say), or put the
-    /// resource's highest token back into the counters before the name is used again.
+    /// counters. A deleted counter is a forgotten one: the next tokens start from the nodes'
+    /// clocks, above the earlier ones as long as no token of the name was ever above the clocks
+    /// (set by hand, or from a clock that ran ahead); otherwise a resource that remembers the
+    /// highest token it accepted refuses the next holders until the clocks pass it. Delete only the
+    /// counters of names that are done for good (`SCAN MATCH {order:*}:fence` once those orders
+    /// are closed, say), or put the resource's highest token back into the counters before the
+    /// name is used again.
     ///
     /// # Examples
     ///
@@ -435,8 +442,10 @@ impl Mutex {
     /// A master replicates asynchronously, so a replica promoted after its master failed may
     /// lack a lock key written just before (to Redlock, that member forgot the lock). With this
     /// set, each lock write that counts (an acquisition, an [`extend`](Lock::extend), and the
-    /// raise of a fencing counter) is followed by `WAIT replicas timeout` on the master that
-    /// holds the name's key (on a Redis Cluster, the master of the name's slot), and the member
+    /// raise of a fencing counter) is followed by `WAIT replicas timeout` in the same pipeline,
+    /// which runs on whichever master ran the write (on a Redis Cluster, also one the write was
+    /// redirected to: a master importing the slot after `ASK`, the owner the client learns from
+    /// `MOVED`, a new master after a failover), and the member
     /// counts only if at least `replicas` replicas acknowledged it; otherwise it is a failed
     /// member ([`NodeErrorKind::Unreplicated`](crate::NodeErrorKind::Unreplicated), "0 of 1
     /// replicas acknowledged ...") and a failed attempt releases its write with the rest. WAIT's
@@ -453,7 +462,9 @@ impl Mutex {
     /// not impossible. Redlock's own answer to a member that forgot stays the quorum (and
     /// [fencing](Mutex::with_fencing)). While a WAIT waits, Redis holds back the connection's
     /// later commands, so a replica that stops answering slows this client's operations on that
-    /// master by up to WAIT's timeout. The user needs `+wait`.
+    /// master by up to WAIT's timeout; the WAIT goes with every acquire, also one that finds the
+    /// name taken (it then answers at once, unless a replica lags behind the connection's earlier
+    /// writes). The user needs `+wait`.
     ///
     /// # Examples
     ///

@@ -11,10 +11,10 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use redis::{Cmd, Pipeline};
+use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Channels, Target, Verb, beside};
+use crate::engine::target::{self, Channels, Settled, Target, Verb, beside};
 use crate::error::Error;
 use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
@@ -182,13 +182,26 @@ impl Target for MutexTarget {
         self.command_for(op, Verb::from(delivery), member, value, millis)
     }
 
-    /// A fair mutex's plain first try: `SET NX`, and whether anybody stands in line.
+    /// A fair mutex's plain first try: `SET NX`, and whether anybody stands in line (on a
+    /// cluster, in one transaction: see `engine::target::entry_for`).
     fn entry(&self, op: Op, member: Member, value: &str, millis: u64) -> Option<Pipeline> {
         if op != Op::Enter {
             return None;
         }
         let set = self.command_for(Op::Acquire, Verb::EvalSha, member, value, millis);
-        Some(line::entry(set, self.line_keys()))
+        Some(target::entry_for(
+            member,
+            line::entry(set, self.line_keys()),
+        ))
+    }
+
+    /// A fair entry's replies, out of its transaction on a cluster; the engine reads them (see
+    /// `engine::request`).
+    fn settle(&self, op: Op, reply: Value) -> Settled {
+        match op {
+            Op::Enter => Settled::Reply(target::executed(reply)),
+            _ => Settled::Reply(reply),
+        }
     }
 }
 
@@ -263,6 +276,31 @@ mod tests {
                 .entry(Op::Acquire, Standalone, "value", 8000)
                 .is_none()
         );
+        // On a cluster, one transaction, whose EXEC's replies the engine reads.
+        let entry = target
+            .entry(Op::Enter, Cluster, "value", 8000)
+            .expect("a pipeline");
+        let commands: Vec<Vec<String>> = entry.cmd_iter().map(words).collect();
+        assert_eq!(commands.len(), 4);
+        assert_eq!(
+            (commands[0][0].as_str(), commands[3][0].as_str()),
+            ("MULTI", "EXEC")
+        );
+        assert_eq!(commands[2], ["EXISTS", "{name}:line"]);
+        let queued = || Value::SimpleString("QUEUED".into());
+        let exec = Value::Array(vec![Value::Okay, Value::Int(0)]);
+        match target.settle(
+            Op::Enter,
+            Value::Array(vec![Value::Okay, queued(), queued(), exec.clone()]),
+        ) {
+            Settled::Reply(reply) => assert_eq!(reply, exec),
+            other => panic!("{other:?}"),
+        }
+        // The standalone form's replies go on as they came.
+        match target.settle(Op::Enter, exec.clone()) {
+            Settled::Reply(reply) => assert_eq!(reply, exec),
+            other => panic!("{other:?}"),
+        }
         // Only a mutex over one name has a line; elsewhere an entry is the plain acquire.
         let multi = MultiTarget::new(["a", "b"].map(Arc::from));
         assert!(multi.entry(Op::Enter, Standalone, "v", 8000).is_none());

@@ -248,8 +248,9 @@ impl Target for WriteTarget {
     }
 
     /// The writer's plain entry (an unfenced acquire): `SET NX PX GET` and `EXISTS` on the mark,
-    /// in one write; the script only where readers' marker stands (see [`settle`](Self::settle)).
-    fn entry(&self, op: Op, _member: Member, value: &str, millis: u64) -> Option<Pipeline> {
+    /// in one write (on a cluster, one transaction: see `engine::target::entry_for`); the script
+    /// only where readers' marker stands (see [`settle`](Self::settle)).
+    fn entry(&self, op: Op, member: Member, value: &str, millis: u64) -> Option<Pipeline> {
         if op != Op::Acquire {
             return None;
         }
@@ -263,7 +264,7 @@ impl Target for WriteTarget {
             .arg(millis)
             .arg("GET");
         pipeline.cmd("EXISTS").arg(&*self.beside.mark);
-        Some(pipeline)
+        Some(target::entry_for(member, pipeline))
     }
 
     /// Reads the plain entry's reply as `write_acquire.lua` decides, the script's branches one by
@@ -291,6 +292,7 @@ impl Target for WriteTarget {
         if op != Op::Acquire {
             return Settled::Reply(reply);
         }
+        let reply = target::executed(reply);
         let Value::Array(replies) = &reply else {
             return Settled::Reply(reply);
         };
@@ -450,6 +452,41 @@ mod tests {
         assert!(matches!(
             write.settle(Op::Extend, Value::Int(1)),
             Settled::Reply(Value::Int(1))
+        ));
+
+        // On a cluster, one transaction, whose EXEC's replies read as the plain pipeline's.
+        let entry = write
+            .entry(Op::Acquire, Cluster, "v", 8000)
+            .expect("an unfenced acquire is plain");
+        let sent: Vec<Vec<String>> = entry.cmd_iter().map(words).collect();
+        assert_eq!(sent.len(), 4);
+        assert_eq!(
+            (sent[0].as_slice(), sent[3].as_slice()),
+            (&["MULTI".to_owned()][..], &["EXEC".to_owned()][..])
+        );
+        assert_eq!(sent[1][0], "SET");
+        assert_eq!(sent[2], ["EXISTS", "{n}:writer-waiting"]);
+        let queued = || Value::SimpleString("QUEUED".into());
+        let executed = |old: Value, mark: i64| {
+            let exec = Value::Array(vec![old, Value::Int(mark)]);
+            write.settle(
+                Op::Acquire,
+                Value::Array(vec![Value::Okay, queued(), queued(), exec]),
+            )
+        };
+        assert!(matches!(
+            executed(Value::Nil, 0),
+            Settled::Reply(Value::Int(0))
+        ));
+        assert!(matches!(executed(Value::Nil, 1), Settled::After(..)));
+        let marker = Value::BulkString(READERS_MARKER.into());
+        assert!(matches!(executed(marker, 0), Settled::Script));
+        // A transaction the node aborted (EXECABORT) goes on as it came: an error.
+        let aborted = redis::parse_redis_value(b"-EXECABORT discarded\r\n").expect("an error");
+        let reply = Value::Array(vec![Value::Okay, queued(), queued(), aborted]);
+        assert!(matches!(
+            write.settle(Op::Acquire, reply),
+            Settled::Reply(Value::Array(_))
         ));
     }
 

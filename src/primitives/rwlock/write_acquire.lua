@@ -8,7 +8,9 @@
 -- first). Where live readers hold, it leaves (or renews) its mark, which new readers respect, and
 -- answers -1. A writer that gets in removes the mark, whoever left it: while a writer holds,
 -- readers are refused anyway, and a writer still waiting marks again at its next attempt (each
--- attempt may have a value of its own). Returns the counter (0 unfenced).
+-- attempt may have a value of its own). Returns the counter (0 unfenced), raised to the node's time
+-- in microseconds where that is larger (the mutex's clock_floor.lua).
+--- @include "../mutex/clock_floor.lua"
 
 local counter = 0
 if KEYS[4] then
@@ -28,4 +30,5 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 redis.call('DEL', KEYS[3])
+if KEYS[4] then counter = at_least_now(counter) end
 return counter

@@ -3,7 +3,9 @@
 //!
 //! One lock name. Every node is an independent Redis master that runs each script atomically; a
 //! message may be delayed past any number of other steps, delivered in any order, or never (its
-//! sender timed out and moved on). A node's lock may expire at any step.
+//! sender timed out and moved on). A node's lock may expire at any step, and (up to a bound per
+//! run) a node may lose its data, counter and lock, as a restart without persistence or a
+//! failover to a replica that missed the last raise does.
 
 use std::fmt;
 
@@ -30,6 +32,10 @@ pub enum Scheme {
     /// No raise round: the acquire script increments the counter (INCR-on-acquire), the token is
     /// the max of the old counters in the `Ok` replies + 1, handed out as soon as a quorum said `Ok`.
     NaiveMaxOfQuorum,
+    /// As `Fenced`, but the acquire script replies with the larger of the counter and the node's
+    /// clock (`State::now`, which all nodes read alike): what the scripts do, with the clock in
+    /// microseconds (`clock_floor.lua`).
+    FencedClockFloor,
 }
 
 /// A lock value: unique per acquisition attempt.
@@ -228,6 +234,14 @@ pub struct State {
     pub net: Network,
     /// Every hand-out so far, in the order they happened.
     pub handouts: Vec<Handout>,
+    /// The nodes' clock, for `FencedClockFloor` (0 in the other schemes): real time, which moves
+    /// on when an attempt begins and when a client chooses a token. That is the one assumption
+    /// about real clocks the floor needs: a clock read after a token was chosen is later than the
+    /// reads that chose it (real clocks count microseconds, and a token takes a round trip at
+    /// least), and every node reads the same time (clocks agree).
+    pub now: u64,
+    /// How many nodes lost their data so far (see `FencingModel::forgets`).
+    pub forgotten: u8,
 }
 
 /// One step of the system.
@@ -245,6 +259,9 @@ pub enum Action {
     /// The client ends its current round without a quorum (timeout, or `Taken`/`Lost` replies);
     /// the attempt fails, the client releases.
     GiveUp(u8),
+    /// A node loses its data: its lock and its counter (back to 0: a counter brought back to any
+    /// older value is no worse, since reads only ever take the larger of the counter and more).
+    Forget(usize),
     /// A node's lock expires: its lease ran out (say the holder paused past it), or a release of
     /// its value arrived.
     Expire(usize),
@@ -256,6 +273,8 @@ pub struct FencingModel {
     pub scheme: Scheme,
     /// Acquisition attempts of each client (failed ones included); one entry per client.
     pub attempts: &'static [u8],
+    /// How many times in a run a node may lose its data.
+    pub forgets: u8,
 }
 
 /// Property: a hand-out's token exceeds every token handed out before its attempt began.
@@ -282,6 +301,8 @@ impl Model for FencingModel {
             clients: vec![client; self.attempts.len()],
             net: Network::default(),
             handouts: Vec::new(),
+            now: 0,
+            forgotten: 0,
         }]
     }
 
@@ -328,6 +349,9 @@ impl Model for FencingModel {
             if node.lock.is_some() {
                 actions.push(Action::Expire(n));
             }
+            if s.forgotten < self.forgets && *node != Node::default() {
+                actions.push(Action::Forget(n));
+            }
         }
     }
 
@@ -335,6 +359,7 @@ impl Model for FencingModel {
         let mut s = last.clone();
         match action {
             Action::Begin(c) => {
+                self.tick(&mut s);
                 let handouts = s.handouts.len();
                 let client = &mut s.clients[usize::from(c)];
                 client.attempts += 1;
@@ -358,6 +383,10 @@ impl Model for FencingModel {
             }
             Action::GiveUp(c) => end_attempt(&mut s, c),
             Action::Expire(n) => s.nodes[n].lock = None,
+            Action::Forget(n) => {
+                s.nodes[n] = Node::default();
+                s.forgotten += 1;
+            }
         }
         self.forget_inert(&mut s);
         Some(s)
@@ -403,6 +432,14 @@ fn handout_order(_: &FencingModel, s: &State) -> bool {
 }
 
 impl FencingModel {
+    /// Real time moves on (see `State::now`); only the scheme that reads the clock keeps it, so
+    /// that the others' states stay as few as before.
+    fn tick(&self, s: &mut State) {
+        if self.scheme == Scheme::FencedClockFloor {
+            s.now += 1;
+        }
+    }
+
     /// Whether a raise of `value` does anything on `node`.
     fn raise_applies(&self, node: Node, value: Value) -> bool {
         self.scheme == Scheme::FencedUncheckedRaise || node.lock == Some(value)
@@ -415,7 +452,10 @@ impl FencingModel {
                 let node = &mut s.nodes[to];
                 if node.lock.is_none() {
                     node.lock = Some(value);
-                    let counter = node.counter;
+                    let counter = match self.scheme {
+                        Scheme::FencedClockFloor => node.counter.max(s.now),
+                        _ => node.counter,
+                    };
                     if self.scheme == Scheme::NaiveMaxOfQuorum {
                         node.counter += 1;
                     }
@@ -451,9 +491,10 @@ impl FencingModel {
             .max()
             .expect("Count needs a quorum of Ok replies");
         let token = max + 1;
+        self.tick(s);
         let raise_on = match self.scheme {
             Scheme::NaiveMaxOfQuorum => return hold(s, c, token, oks),
-            Scheme::Fenced | Scheme::FencedUncheckedRaise => oks,
+            Scheme::Fenced | Scheme::FencedUncheckedRaise | Scheme::FencedClockFloor => oks,
             Scheme::FencedRaiseOnAll => Nodes::ALL,
         };
         for to in raise_on.iter() {

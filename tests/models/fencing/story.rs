@@ -48,7 +48,12 @@ fn event(s: &State, after: &State, action: Action) -> String {
             } else {
                 String::new()
             };
-            format!("n{to} runs acquire({value}): free, locks{incr}, replies Ok({counter})")
+            let read = after
+                .net
+                .acquire_oks(value)
+                .find(|&(n, _)| n == to)
+                .map_or(counter, |(_, read)| read);
+            format!("n{to} runs acquire({value}): free, locks{incr}, replies Ok({read})")
         }
         Action::Deliver(Msg::Raise { to, value, token }) => {
             let counter = after.nodes[to].counter;
@@ -86,6 +91,7 @@ fn event(s: &State, after: &State, action: Action) -> String {
             let value = s.nodes[n].lock.expect("only a held lock expires");
             format!("n{n}: lock of {value} expires")
         }
+        Action::Forget(n) => format!("n{n} forgets its data (restart without persistence)"),
     }
 }
 
@@ -93,7 +99,11 @@ fn event(s: &State, after: &State, action: Action) -> String {
 /// `forget_inert` in the protocol: its release lands at once).
 fn released(before: &State, after: &State, action: Action) -> String {
     let gone: Vec<String> = (0..before.nodes.len())
-        .filter(|&n| action != Action::Expire(n) && after.nodes[n].lock.is_none())
+        .filter(|&n| {
+            action != Action::Expire(n)
+                && action != Action::Forget(n)
+                && after.nodes[n].lock.is_none()
+        })
         .filter_map(|n| match (before.nodes[n].lock, action) {
             (Some(value), _) => Some(format!("n{n}:{value}")),
             (None, Action::Deliver(Msg::Acquire { to, value })) if to == n => {
@@ -138,5 +148,14 @@ fn nodes(s: &State) -> String {
         .iter()
         .map(|node| node.counter.to_string())
         .collect();
-    format!("locks {}  counters {}", locks.join(" "), counters.join(" "))
+    let clock = if s.now > 0 {
+        format!("  clock {}", s.now)
+    } else {
+        String::new()
+    };
+    format!(
+        "locks {}  counters {}{clock}",
+        locks.join(" "),
+        counters.join(" ")
+    )
 }

@@ -24,6 +24,19 @@ pub fn beside(name: &str, suffix: &str) -> String {
     }
 }
 
+/// A fencing counter ahead of every node's clock: 4 * 10^15 microseconds since 1970 is in 2096.
+/// Tokens are at least the clock of the nodes that hand them out, in microseconds; a test that
+/// sets a counter by hand to see the counter decide the token sets one above this.
+pub const AHEAD: u64 = 4_000_000_000_000_000;
+
+/// The wall clock in microseconds since 1970, as a node's `TIME` reads it on this machine.
+pub fn micros_now() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    u64::try_from(since.as_micros()).expect("before 2554")
+}
+
 /// A client over every node of `cluster`.
 pub async fn client(cluster: &Cluster) -> Redlock {
     Redlock::connect(cluster.urls())
