@@ -162,6 +162,12 @@ pub enum NodeErrorKind {
     /// The key is not there (it expired, or was never set).
     #[error("key not found")]
     Missing,
+    /// [`Lock::extend`](crate::Lock::extend): the key was not there (the node lost it, say in a
+    /// restart without persistence), and the extend set it again with this lock's value. Counts as
+    /// [`Missing`](Self::Missing) towards the verdict; when the extend fails, what it set is
+    /// deleted again before it returns.
+    #[error("key not found; set again")]
+    Repaired,
     /// No reply within the per-node timeout (`expiry * timeout_factor`).
     #[error("timed out after {0:?}")]
     Timeout(Duration),

@@ -183,11 +183,26 @@ impl Lock {
     /// multi-name lock counts a node only where every name still holds the value; a read lock
     /// renews its reader's entry where it is still live.
     ///
-    /// Never called by the library on its own. Succeeds only on a quorum and only if validity is
-    /// left after the round trip; a failure changes nothing (the lock is not released, `valid_until`
-    /// stays). It never re-creates an expired key or touches another owner's. With
-    /// [`with_fail_fast(true)`](Mutex::with_fail_fast), it returns once the outcome is decided, and
-    /// the calls still in flight go on until the next extend or unlock stops them.
+    /// Never called by the library on its own (but by [`run`](Lock::run) and
+    /// [`keep_alive`](Lock::keep_alive)). Succeeds only on a quorum and only if validity is left
+    /// after the round trip; a failure changes nothing (the lock is not released, `valid_until`
+    /// stays). It never touches another owner's key.
+    ///
+    /// **Repair.** While the lock is valid, a node that lost the key (restarted without
+    /// persistence, or a cluster member that failed over to a replica without it) gets it back:
+    /// where the key is gone, the extend's script sets it again with this lock's value (`SET NX`,
+    /// the expiry), as redsync's `WithSetNXOnExtend` does, so that the lock rests on as many nodes
+    /// as it did, and one more failure does not lose it. Unlike that option, such a node does not
+    /// count towards the quorum: the extend succeeds only where the compare-and-extend alone holds
+    /// on a quorum, and when it does not, the keys it set again are deleted before it returns. So
+    /// an expired lock is never re-created. A multi-name lock repairs a node where no name holds
+    /// another value (every missing name is set again); a writer repairs as a mutex; a reader's
+    /// entry and a semaphore permit are not repaired (putting one back is what their acquire
+    /// decides). The safety argument is in `Held::extend` (`src/engine/held.rs`).
+    ///
+    /// With [`with_fail_fast(true)`](Mutex::with_fail_fast), it returns once the outcome is
+    /// decided; after success the calls still in flight go on until the next extend or unlock
+    /// stops them, after a failure they are stopped at once.
     ///
     /// # Errors
     ///
@@ -197,8 +212,10 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future leaves the lock as it was, possibly extended on some nodes,
-    /// with `valid_until` unchanged.
+    /// Cancel safe: dropping the future leaves the lock held as it was, with `valid_until`
+    /// unchanged, possibly extended on some nodes, and possibly repaired on some (keys set while
+    /// the lock was valid, which go with the unlock or expire); the next extend or unlock goes
+    /// out after whatever of it was sent.
     ///
     /// # Examples
     ///

@@ -37,6 +37,7 @@ mod metrics;
 mod multi;
 mod network;
 mod recovery;
+mod repair;
 mod replica_acks;
 mod rwlock;
 mod safety;
