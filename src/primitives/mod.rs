@@ -30,6 +30,7 @@ pub(crate) mod keep_alive;
 pub(crate) mod lock;
 pub(crate) mod multi;
 pub(crate) mod mutex;
+pub(crate) mod run;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 

@@ -39,6 +39,7 @@ mod network;
 mod recovery;
 mod repair;
 mod replica_acks;
+mod run;
 mod rwlock;
 mod safety;
 mod semaphore;
