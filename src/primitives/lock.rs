@@ -257,8 +257,11 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave the lock released on some nodes; dropping the last clone then
-    /// releases the rest in the background.
+    /// Dropping the future leaves the lock released on the nodes that ran the release, and
+    /// running on those it was still on its way to (a request already sent runs there). The
+    /// handle is no longer valid ([`valid_until`](Lock::valid_until) ended when `unlock()`
+    /// started), but not unlocked: call `unlock()` again, or drop the last clone, which releases
+    /// the rest in the background.
     ///
     /// # Examples
     ///

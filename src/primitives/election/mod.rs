@@ -333,7 +333,9 @@ impl Election {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future releases whatever it may have acquired, in the background.
+    /// Dropping the future at any point (while another leads, or with its acquisition or its
+    /// fencing raise in flight) releases whatever it may have acquired, in the background, so
+    /// that another candidate is elected at once rather than after the lease.
     ///
     /// # Examples
     ///
@@ -384,7 +386,7 @@ impl Election {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: it only reads.
+    /// Cancel safe: it only reads, and a dropped reading changes nothing on the nodes.
     ///
     /// # Examples
     ///
@@ -425,6 +427,12 @@ impl Election {
     /// [`Redlock::new`], which has no listeners, or a crashed leader, which sends none) only
     /// delays an update by one period. Errors are passed on, and the stream goes on reading; the
     /// first reading after an error is passed on whatever it says.
+    ///
+    /// # Cancel safety
+    ///
+    /// The stream's `next()` is cancel safe: a reading dropped halfway (in a `tokio::select!`
+    /// that took another branch) stays in the stream and goes on at the next call, so no change
+    /// is missed. Dropping the stream stops reading and leaves the name's notices.
     ///
     /// # Examples
     ///
@@ -705,7 +713,8 @@ impl Leadership {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe; call it again to wait again.
+    /// Cancel safe: it only waits; call it again to wait again (an end that came meanwhile is
+    /// returned at once).
     ///
     /// # Examples
     ///
@@ -751,8 +760,9 @@ impl Leadership {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave the lease released on some nodes only; the rest is released
-    /// in the background.
+    /// Renewing stops at once. Dropping the future may leave the lease released on some nodes
+    /// only; the lease goes with the future (`resign` takes the leadership), which releases the
+    /// rest in the background, as dropping the leadership does.
     ///
     /// # Examples
     ///

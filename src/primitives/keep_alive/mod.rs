@@ -136,7 +136,8 @@ impl KeepAlive {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe; call it again to wait again.
+    /// Cancel safe: it only waits; call it again to wait again (an end that came meanwhile is
+    /// returned at once).
     pub async fn ended(&self) -> KeepAliveEnd {
         let mut ended = self.ended.clone();
         match ended.wait_for(Option::is_some).await {
