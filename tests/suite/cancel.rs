@@ -610,3 +610,32 @@ async fn connecting_waits_for_no_node() {
     assert!(matches!(built, Some(Ok(_))));
     cluster.node(0).resume();
 }
+
+/// `Leadership::run` dropped from outside: the work is dropped with it, and the leadership is
+/// resigned in the background, so another candidate leads at once.
+#[tokio::test]
+async fn a_leader_s_run_dropped_from_outside_resigns() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let other = client(&cluster).await;
+    let election = |redlock: &redmutex::Redlock| {
+        redlock
+            .new_election("cancel:lead-run")
+            .with_expiry(LONG)
+            .with_retry_delay(Duration::from_millis(20))
+    };
+    let leadership = election(&redlock).campaign("a").await.expect("elected");
+    let clock = crate::run::DropClock::default();
+    let work = crate::run::endless(clock.guard());
+    assert!(
+        tokio::time::timeout(CUT, leadership.run(work))
+            .await
+            .is_err()
+    );
+    assert!(clock.dropped().is_some());
+    let next = tokio::time::timeout(Duration::from_secs(2), election(&other).campaign("b"))
+        .await
+        .expect("elected at once, not after the lease")
+        .expect("elected");
+    next.resign().await.expect("resign");
+}
