@@ -431,10 +431,7 @@ impl Lock {
         if self.is_unlocked() {
             return Err(Error::Unlocked);
         }
-        let renewal = Renewal {
-            every,
-            round_trip: plan.node_timeout,
-        };
+        let renewal = Renewal::new(every, plan.node_timeout);
         // Too little validity left for the keep-alive to renew in time (an adopted handle has
         // none): renewed once here, before the work starts.
         let now = Instant::now();

@@ -223,3 +223,33 @@ async fn a_pause_longer_than_the_validity_drops_the_work_before_it_ends() {
     let dropped = clock.dropped().expect("dropped");
     assert!(dropped < handle.valid_until(), "dropped after the validity");
 }
+
+/// `report_before`: a holder that needs time to wind down under the lock hears of the loss that
+/// long before the validity ends.
+#[tokio::test]
+async fn report_before_leaves_the_holder_its_margin() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let mutex = redlock.new_mutex("keep:margin").with_expiry(BLIP_EXPIRY);
+    let lock = mutex.lock().await.expect("free lock");
+    let margin = Duration::from_millis(400);
+    let keep = lock.keep_alive(BLIP_EXPIRY / 3).report_before(margin);
+    tokio::time::sleep(BLIP_EXPIRY / 6).await;
+    for node in 0..3 {
+        cluster.node(node).pause();
+    }
+    let end = keep.ended().await;
+    let reported = Instant::now();
+    for node in 0..3 {
+        cluster.node(node).resume();
+    }
+    assert!(
+        matches!(end, KeepAliveEnd::Lost(Error::NoQuorum { .. })),
+        "{end:?}"
+    );
+    let left = lock.valid_until().saturating_duration_since(reported);
+    assert!(
+        left >= margin,
+        "reported {left:?} before the validity ended"
+    );
+}

@@ -178,3 +178,44 @@ async fn unlocking_a_clone_drops_the_work() {
     }
     assert!(clock.dropped().is_some());
 }
+
+/// Every primitive's lock has `run`: a multi-name lock, both sides of a read-write lock and a
+/// semaphore's permit are each kept through two expiries of work, and freed when it is done.
+#[tokio::test]
+async fn every_primitive_s_lock_runs_work() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let expiry = Duration::from_millis(600);
+    let work = || tokio::time::sleep(expiry * 2);
+    let multi = redlock
+        .new_multi_mutex(["run:multi:a", "run:multi:b"])
+        .with_expiry(expiry);
+    multi
+        .lock()
+        .await
+        .expect("free")
+        .run(work())
+        .await
+        .expect("kept");
+    let rwlock = redlock.new_rwlock("run:rw").with_expiry(expiry);
+    rwlock
+        .read()
+        .await
+        .expect("free")
+        .run(work())
+        .await
+        .expect("kept");
+    rwlock
+        .write()
+        .await
+        .expect("free")
+        .run(work())
+        .await
+        .expect("kept");
+    let semaphore = redlock.new_semaphore("run:permits", 2).with_expiry(expiry);
+    let permit = semaphore.acquire().await.expect("free");
+    permit.run(work()).await.expect("kept");
+    for name in ["run:multi:a", "run:multi:b", "run:rw", "run:permits"] {
+        assert!(present(&cluster, name).is_empty(), "{name} left after run");
+    }
+}

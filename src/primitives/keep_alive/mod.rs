@@ -41,6 +41,7 @@ pub enum KeepAliveEnd {
 struct Limits {
     max_extensions: Option<u64>,
     max_hold: Option<Duration>,
+    report_before: Option<Duration>,
 }
 
 /// A running heartbeat for one [`Lock`], started by [`Lock::keep_alive`].
@@ -61,8 +62,9 @@ struct Limits {
 /// bring such a lock back.
 ///
 /// The loss is reported before the validity ends, never after: retries stop once one more could
-/// not end a few milliseconds before [`valid_until`](Lock::valid_until), and an extend still
-/// unanswered then is given up on. A renewal that succeeds after retries moves `valid_until` by
+/// not end 10 ms before [`valid_until`](Lock::valid_until) (or earlier, see
+/// [`report_before`](KeepAlive::report_before)), and an extend still unanswered then is given up
+/// on. A renewal that succeeds after retries moves `valid_until` by
 /// what its own start allows (validity counts from the start of the attempt that succeeded), so
 /// retrying never stretches the lock. While nodes fail, the interval runs from the start of the
 /// last renewal that succeeded, and a renewal is never put off past the last moment from which
@@ -108,7 +110,7 @@ impl KeepAlive {
     pub(crate) fn start(lock: Lock, every: Duration, round_trip: Duration) -> KeepAlive {
         let limits = Arc::new(StdMutex::new(Limits::default()));
         let (report, ended) = watch::channel(None);
-        let renewal = Renewal { every, round_trip };
+        let renewal = Renewal::new(every, round_trip);
         let task = tokio::spawn(heartbeat(lock, renewal, Arc::clone(&limits), report));
         KeepAlive {
             limits,
@@ -129,6 +131,37 @@ impl KeepAlive {
     #[must_use]
     pub fn max_hold(self, hold: Duration) -> Self {
         self.limits().max_hold = Some(hold);
+        self
+    }
+
+    /// Reports a loss at least `margin` before the lock's validity ends, rather than 10 ms
+    /// before: retries of a failed renewal stop once one more could not end by then. For a holder
+    /// that needs time to wind down while it still holds the lock (a supervisor whose child
+    /// process gets a grace period after SIGTERM), at the cost of that much less time to ride out
+    /// a blip. Default: 10 ms (a smaller margin counts as that).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::time::Duration;
+    ///
+    /// let mutex = redlock.new_mutex("job:export").with_expiry(Duration::from_secs(6));
+    /// let lock = mutex.lock().await?;
+    /// // The job needs up to a second to stop cleanly once told: told a second early.
+    /// let keep = lock
+    ///     .keep_alive(mutex.expiry() / 3)
+    ///     .report_before(Duration::from_secs(1));
+    /// # lock.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn report_before(self, margin: Duration) -> Self {
+        self.limits().report_before = Some(margin);
         self
     }
 
@@ -173,7 +206,7 @@ impl Drop for KeepAlive {
 
 async fn heartbeat(
     lock: Lock,
-    renewal: Renewal,
+    base: Renewal,
     limits: Arc<StdMutex<Limits>>,
     report: watch::Sender<Option<KeepAliveEnd>>,
 ) {
@@ -185,7 +218,12 @@ async fn heartbeat(
         let Limits {
             max_extensions,
             max_hold,
+            report_before,
         } = *limits.lock().unwrap_or_else(PoisonError::into_inner);
+        let renewal = Renewal {
+            margin: report_before.map_or(base.margin, |margin| margin.max(base.margin)),
+            ..base
+        };
         if max_extensions.is_some_and(|max| extensions >= max)
             || max_hold.is_some_and(|max| started.elapsed() >= max)
         {
@@ -201,7 +239,7 @@ async fn heartbeat(
             let start = Instant::now();
             // The loss must be reported before the validity ends: an extend still unanswered
             // then is given up on (dropped: see `Lock::extend`'s cancel safety).
-            let report_by = Renewal::report_by(lock.valid_until());
+            let report_by = renewal.report_by(lock.valid_until());
             match timeout_at(report_by.into(), lock.extend()).await {
                 Ok(Ok(())) => {
                     extensions += 1;

@@ -21,7 +21,8 @@ use rand::Rng;
 
 use crate::engine::delay::RetryDelay;
 
-/// How long before the end of the validity a keep-alive reports a loss at the latest.
+/// How long before the end of the validity a keep-alive reports a loss at the latest, by default
+/// (and at least: see `KeepAlive::report_before`).
 pub(crate) const REPORT_MARGIN: Duration = Duration::from_millis(10);
 
 /// How long before the end of the validity work under a lease is dropped at the latest, if its
@@ -36,14 +37,25 @@ pub(crate) struct Renewal {
     pub(crate) every: Duration,
     /// How long one extend may take: the node timeout.
     pub(crate) round_trip: Duration,
+    /// How long before the end of the validity a loss is reported at the latest.
+    pub(crate) margin: Duration,
 }
 
 impl Renewal {
-    /// When the loss of a lock valid until `valid_until` must be reported by.
-    pub(crate) fn report_by(valid_until: Instant) -> Instant {
-        valid_until
-            .checked_sub(REPORT_MARGIN)
-            .unwrap_or(valid_until)
+    /// The renewal of a lock renewed every `every`, whose extends take up to `round_trip`, with
+    /// the default margin.
+    pub(crate) fn new(every: Duration, round_trip: Duration) -> Renewal {
+        Renewal {
+            every,
+            round_trip,
+            margin: REPORT_MARGIN,
+        }
+    }
+
+    /// When the loss of a lock valid until `valid_until` must be reported by: `margin` before it
+    /// (at once, for a margin longer than what is left).
+    pub(crate) fn report_by(&self, valid_until: Instant) -> Instant {
+        valid_until.checked_sub(self.margin).unwrap_or(valid_until)
     }
 
     /// When work under a lease valid until `valid_until` is dropped at the latest.
@@ -54,7 +66,7 @@ impl Renewal {
     /// The last moment a renewal may start and still end before the report: `None` if that
     /// moment is not representable (long passed).
     pub(crate) fn latest_start(&self, valid_until: Instant) -> Option<Instant> {
-        Renewal::report_by(valid_until).checked_sub(self.round_trip)
+        self.report_by(valid_until).checked_sub(self.round_trip)
     }
 
     /// When the next renewal is due, the last that succeeded having started at `last`: `every`
@@ -103,6 +115,7 @@ mod tests {
     const RENEWAL: Renewal = Renewal {
         every: Duration::from_millis(500),
         round_trip: Duration::from_millis(75),
+        margin: REPORT_MARGIN,
     };
 
     #[test]
@@ -149,11 +162,18 @@ mod tests {
     #[test]
     fn the_report_comes_before_the_validity_ends() {
         let t = Instant::now() + Duration::from_secs(1);
-        assert_eq!(Renewal::report_by(t), t - REPORT_MARGIN);
+        assert_eq!(RENEWAL.report_by(t), t - REPORT_MARGIN);
         // Every attempt started at the latest start ends by the report.
         let latest = RENEWAL.latest_start(t).expect("in range");
-        assert!(latest + RENEWAL.round_trip <= Renewal::report_by(t));
-        assert!(Renewal::report_by(t) < Renewal::drop_by(t));
+        assert!(latest + RENEWAL.round_trip <= RENEWAL.report_by(t));
+        assert!(RENEWAL.report_by(t) < Renewal::drop_by(t));
+        // A holder that needs 400 ms to wind down under the lock: retries stop 400 ms earlier.
+        let wind_down = Renewal {
+            margin: 400 * MS,
+            ..RENEWAL
+        };
+        assert_eq!(wind_down.report_by(t), t - 400 * MS);
+        assert_eq!(wind_down.latest_start(t), Some(t - 475 * MS));
         assert!(Renewal::drop_by(t) < t);
     }
 
@@ -173,6 +193,7 @@ mod tests {
         let tiny = Renewal {
             every: MS,
             round_trip: MS,
+            margin: MS,
         };
         let delay = tiny.retry_delay(&mut rng);
         assert!((MS / 2..MS).contains(&delay), "{delay:?}");
