@@ -23,6 +23,10 @@ pub(crate) struct Held {
     /// The fencing token, when the primitive has fencing on.
     token: Option<u64>,
     state: std::sync::Mutex<State>,
+    /// Held by an extend from its request to the take-back of its repairs: extends of one lock
+    /// (a keep-alive's and a clone's) run one at a time, so that one's take-back never deletes
+    /// a repaired key that another counted as ours.
+    extending: tokio::sync::Mutex<()>,
 }
 
 struct State {
@@ -54,6 +58,7 @@ impl Held {
                 stragglers,
                 hold,
             }),
+            extending: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -103,12 +108,17 @@ impl Held {
     ///   off after a failed verdict, repaired stays until the unlock or its expiry: set while the
     ///   lock was valid, it is a key of the holder (above).
     ///
+    /// Extends of one lock run one at a time: were they to overlap, one whose verdict failed could
+    /// take back a key it repaired after another extend had counted that node as ours (the second
+    /// saw our value there), leaving that one's quorum a node short.
+    ///
     /// Readers and semaphore permits are not repaired (their targets send their plain extend):
     /// their entries live in a set shared with other holders, scored on the node's clock, and
     /// putting one back is what their acquire decides (a permit needs room among the permits,
     /// a reader needs no writer and no writer waiting), not a compare-and-set of one key.
     pub(crate) async fn extend(&self) -> Result<(), Error> {
         let plan = self.prepare()?;
+        let _one_at_a_time = self.extending.lock().await;
         // A release of a failed unlock must not land after this extend.
         self.cancel_in_flight();
         let resource = &self.resource;

@@ -62,7 +62,7 @@ struct Limits {
 /// bring such a lock back.
 ///
 /// The loss is reported before the validity ends, never after: retries stop once one more could
-/// not end 10 ms before [`valid_until`](Lock::valid_until) (or earlier, see
+/// not end 25 ms before [`valid_until`](Lock::valid_until) (or earlier, see
 /// [`report_before`](KeepAlive::report_before)), and an extend still unanswered then is given up
 /// on. A renewal that succeeds after retries moves `valid_until` by
 /// what its own start allows (validity counts from the start of the attempt that succeeded), so
@@ -134,11 +134,11 @@ impl KeepAlive {
         self
     }
 
-    /// Reports a loss at least `margin` before the lock's validity ends, rather than 10 ms
+    /// Reports a loss at least `margin` before the lock's validity ends, rather than 25 ms
     /// before: retries of a failed renewal stop once one more could not end by then. For a holder
     /// that needs time to wind down while it still holds the lock (a supervisor whose child
     /// process gets a grace period after SIGTERM), at the cost of that much less time to ride out
-    /// a blip. Default: 10 ms (a smaller margin counts as that).
+    /// a blip. Default: 25 ms (a smaller margin counts as that).
     ///
     /// # Examples
     ///
