@@ -71,6 +71,18 @@ pub enum Error {
     #[error("the lock was already unlocked")]
     Unlocked,
 
+    /// [`Lock::run`](crate::Lock::run) or [`Leadership::run`](crate::Leadership::run): the lock
+    /// (or the leadership) could not be kept while the work ran, so the work was dropped before
+    /// the lock's validity ended, and nothing of it runs any more. `cause` says why: another
+    /// owner took it ([`Error::Taken`]), it was gone from a quorum or its validity ran out
+    /// ([`Error::Expired`]), too few nodes answered the renewals ([`Error::NoQuorum`], with each
+    /// node's answer), or a clone unlocked it meanwhile ([`Error::Unlocked`]).
+    #[error("the lock was lost while the work ran, and the work was dropped: {cause}")]
+    Lost {
+        /// Why the lock could not be kept.
+        cause: Box<Error>,
+    },
+
     /// The configuration is invalid; nothing was sent to any node.
     #[error("invalid configuration: {field}: {rule}")]
     Config {
@@ -162,6 +174,12 @@ pub enum NodeErrorKind {
     /// The key is not there (it expired, or was never set).
     #[error("key not found")]
     Missing,
+    /// [`Lock::extend`](crate::Lock::extend): the key was not there (the node lost it, say in a
+    /// restart without persistence), and the extend set it again with this lock's value. Counts as
+    /// [`Missing`](Self::Missing) towards the verdict; when the extend fails, what it set is
+    /// deleted again before it returns.
+    #[error("key not found; set again")]
+    Repaired,
     /// No reply within the per-node timeout (`expiry * timeout_factor`).
     #[error("timed out after {0:?}")]
     Timeout(Duration),

@@ -88,6 +88,12 @@ impl Redlock {
     /// `tls` feature is off (the message names the feature). The message never contains a
     /// password.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it completes at its first poll, since it waits for no node (connections are
+    /// made in the background, or on first use). A future dropped unpolled builds nothing and
+    /// connects nowhere.
+    ///
     /// # Examples
     ///
     /// ```
@@ -158,6 +164,11 @@ impl Redlock {
     /// # Errors
     ///
     /// [`Error::Config`] if there are no clients.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`connect`](Redlock::connect): it completes at its first poll, and a future dropped
+    /// unpolled connects nowhere.
     ///
     /// # Examples
     ///

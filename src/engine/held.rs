@@ -13,6 +13,7 @@ use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::value::check_value;
 use crate::error::Error;
+use crate::nodes::Node;
 
 /// A lock held on a quorum of nodes. Dropped without a release, it releases in the background on
 /// the current tokio runtime (best effort, never blocking).
@@ -22,6 +23,10 @@ pub(crate) struct Held {
     /// The fencing token, when the primitive has fencing on.
     token: Option<u64>,
     state: std::sync::Mutex<State>,
+    /// Held by an extend from its request to the take-back of its repairs: extends of one lock
+    /// (a keep-alive's and a clone's) run one at a time, so that one's take-back never deletes
+    /// a repaired key that another counted as ours.
+    extending: tokio::sync::Mutex<()>,
 }
 
 struct State {
@@ -53,6 +58,7 @@ impl Held {
                 stragglers,
                 hold,
             }),
+            extending: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -79,17 +85,54 @@ impl Held {
     }
 
     /// Compare-and-extend on every node; moves the validity on success (see `Lock::extend`).
+    ///
+    /// While the lock is still valid, the extend also repairs: where a node lost the key (a
+    /// restart without persistence, a failed-over cluster member), its script sets the key again
+    /// with our value, `NX`, for the expiry (`Op::ExtendAndRepair`), so that the lock rests on as
+    /// many nodes as before, and one more failure does not lose it. Why that never lets a second
+    /// holder in, nor brings back a lock that was lost:
+    ///
+    /// - A repaired node never counts towards this extend's verdict: it counts as one where the
+    ///   key is gone. The verdict is the compare-and-extend's alone, as without repairs.
+    /// - A repair is asked for only while `valid_until` has not passed: by the lock's own
+    ///   guarantee nobody else holds it then, so our key set there is a key of the holder,
+    ///   as one extended there would be. `SET NX` sets nothing where another value is (that node
+    ///   answers "taken" as before); where nothing is, our key can only refuse others on that
+    ///   node, and only while we hold a quorum anyway: from then on the node holds our value as
+    ///   a node the extend reached does, and a later extend counts it as such.
+    /// - If the verdict fails (the compare-and-extend holds on no quorum: the lock expired, was
+    ///   taken, or too few nodes answered), every key the repair set is deleted again
+    ///   (compare-and-delete of our value on those nodes alone) before this returns. So an extend
+    ///   never re-creates a lock, even one sent late (a process paused between the check of
+    ///   `valid_until` and the send). What a dropped extend, or a fail-fast extend's calls cut
+    ///   off after a failed verdict, repaired stays until the unlock or its expiry: set while the
+    ///   lock was valid, it is a key of the holder (above).
+    ///
+    /// Extends of one lock run one at a time: were they to overlap, one whose verdict failed could
+    /// take back a key it repaired after another extend had counted that node as ours (the second
+    /// saw our value there), leaving that one's quorum a node short.
+    ///
+    /// Readers and semaphore permits are not repaired (their targets send their plain extend):
+    /// their entries live in a set shared with other holders, scored on the node's clock, and
+    /// putting one back is what their acquire decides (a permit needs room among the permits,
+    /// a reader needs no writer and no writer waiting), not a compare-and-set of one key.
     pub(crate) async fn extend(&self) -> Result<(), Error> {
         let plan = self.prepare()?;
+        let _one_at_a_time = self.extending.lock().await;
         // A release of a failed unlock must not land after this extend.
         self.cancel_in_flight();
         let resource = &self.resource;
-        let request = Request::new(Op::Extend, resource.target(), &self.value, plan.millis)
+        let op = if Instant::now() < self.valid_until() {
+            Op::ExtendAndRepair
+        } else {
+            Op::Extend
+        };
+        let request = Request::new(op, resource.target(), &self.value, plan.millis)
             .with_replica_acks(plan.replica_acks);
         let start = Instant::now();
         // Fail-fast: an extend that waited for the farthest node would cost what a lock that
         // waited for it does. The calls left in flight are cancelled before the next operation.
-        let (tally, in_flight) = if plan.fail_fast {
+        let (mut tally, in_flight) = if plan.fail_fast {
             let (nodes, timeout) = (resource.nodes(), plan.node_timeout);
             fanout::extend_until_decided(nodes, request, timeout, plan.shuffle_nodes).await
         } else {
@@ -99,39 +142,87 @@ impl Held {
         };
         let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
         let (ok, total) = (tally.ours, tally.total);
+        let repaired = std::mem::take(&mut tally.repaired);
         let judged = tally.judge_extend(left);
         match &judged {
             Ok(left) => tracing::debug!(
                 name = self.name(),
                 ok,
                 total,
+                repaired = repaired.len(),
                 valid_for_ms = whole_millis(*left),
                 "extended"
             ),
             Err(error) => tracing::debug!(name = self.name(), ok, total, %error, "extend failed"),
         }
-        let mut state = self.state();
-        // A clone unlocked while this extend was in flight: say so, rather than report the keys
-        // that unlock deleted as an expired lock.
-        if state.unlocked {
-            if let Some(in_flight) = in_flight {
-                in_flight.cancel();
+        let unlocked = {
+            let mut state = self.state();
+            // A clone unlocked while this extend was in flight: say so, rather than report the
+            // keys that unlock deleted as an expired lock.
+            if state.unlocked {
+                if let Some(in_flight) = in_flight {
+                    in_flight.cancel();
+                }
+                true
+            } else {
+                metrics::extension(&resource.labels(), &judged);
+                match &judged {
+                    Err(Error::Expired) => self.lost_with(&mut state, Lost::Expired),
+                    Err(Error::Taken { .. }) => self.lost_with(&mut state, Lost::Taken),
+                    _ => {}
+                }
+                // After success, the calls still in flight go on (the key lands on more nodes)
+                // until an extend or unlock follows, which must come after them. After a failure
+                // they are stopped now: nothing is to be gained by them.
+                let previous = match (&judged, in_flight) {
+                    (Ok(_), in_flight) => std::mem::replace(&mut state.stragglers, in_flight),
+                    (Err(_), Some(in_flight)) => Some(in_flight),
+                    (Err(_), None) => None,
+                };
+                if let Some(previous) = previous {
+                    previous.cancel();
+                }
+                if let Ok(left) = &judged {
+                    state.valid_until = deadline(start, *left);
+                }
+                false
             }
+        };
+        if unlocked || judged.is_err() {
+            // The extend does not hold (or the lock was let go meanwhile, and a repair may have
+            // landed after the release): take back what it set.
+            self.take_back(plan, &repaired).await;
+        }
+        if unlocked {
             return Err(Error::Unlocked);
         }
-        metrics::extension(&resource.labels(), &judged);
-        match &judged {
-            Err(Error::Expired) => self.lost_with(&mut state, Lost::Expired),
-            Err(Error::Taken { .. }) => self.lost_with(&mut state, Lost::Taken),
-            _ => {}
+        judged.map(|_| ())
+    }
+
+    /// Deletes our value on the `repaired` nodes (compare-and-delete): the keys an extend set
+    /// again, when the extend did not hold. On the same connections as the extend, after it, so
+    /// the release runs after the repair on each node.
+    async fn take_back(&self, plan: &Plan, repaired: &[usize]) {
+        if repaired.is_empty() {
+            return;
         }
-        // Whatever the verdict, an extend or unlock may follow: the calls still in flight must not
-        // land after it.
-        if let Some(previous) = std::mem::replace(&mut state.stragglers, in_flight) {
-            previous.cancel();
-        }
-        state.valid_until = deadline(start, judged?);
-        Ok(())
+        let all = self.resource.nodes();
+        let nodes: Arc<[Node]> = repaired.iter().map(|&node| all[node].clone()).collect();
+        let target = Arc::clone(self.resource.target());
+        let tally = fanout::release(
+            nodes,
+            target,
+            Arc::clone(&self.value),
+            plan,
+            Delivery::ByDigest,
+        )
+        .await;
+        tracing::debug!(
+            name = self.name(),
+            repaired = repaired.len(),
+            released = tally.ours,
+            "took back the repairs of a failed extend"
+        );
     }
 
     /// Compare-and-delete on every node (see `Lock::unlock`).

@@ -619,6 +619,7 @@ impl NodeReplies {
                 | Err(
                     NodeErrorKind::Taken
                     | NodeErrorKind::Missing
+                    | NodeErrorKind::Repaired
                     | NodeErrorKind::InLine { .. }
                     | NodeErrorKind::LineAhead,
                 ) => NodeOutcome::Ok,

@@ -33,6 +33,10 @@ pub(crate) enum Op {
     Acquire,
     /// Compare-and-PEXPIRE.
     Extend,
+    /// Compare-and-PEXPIRE that also sets the key again (our value, `NX`) where it is gone: the
+    /// extend of a lock still valid (see `Held::extend`). A target whose keys cannot be repaired
+    /// so sends its extend.
+    ExtendAndRepair,
     /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `hub`); with
     /// `hand_off`, also leave the fair line and hand the lock to its head (see `waiting::fair`).
     Release { notify: bool, hand_off: bool },
@@ -264,7 +268,7 @@ impl Request {
     pub(crate) fn op_name(&self) -> &'static str {
         match self.op {
             Op::Acquire | Op::AcquireFenced | Op::Round { .. } | Op::Enter => "acquire",
-            Op::Extend => "extend",
+            Op::Extend | Op::ExtendAndRepair => "extend",
             Op::Release { .. } => "release",
             Op::Raise(_) => "raise",
         }
@@ -312,7 +316,8 @@ impl Request {
     /// One convention for every target: a plain SET answers OK or nil; an acquire script answers
     /// the fencing counter (0 or more) when it took the lock and -1 when another owner holds it;
     /// every other script answers 1 when it acted on our value, 0 when the key is gone and -1 when
-    /// it holds another owner's value. A script that refuses for any other reason answers an error.
+    /// it holds another owner's value; an extend that repairs answers 2 where the key was gone and
+    /// it set it again. A script that refuses for any other reason answers an error.
     fn interpret(&self, reply: Value) -> Result<u64, NodeErrorKind> {
         match (self.op, reply) {
             (Op::Acquire, Value::Okay) => Ok(0),
@@ -348,13 +353,19 @@ impl Request {
                     )))),
                 }
             }
-            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(1)) => Ok(0),
-            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(0)) => {
-                Err(NodeErrorKind::Missing)
-            }
-            (Op::Extend | Op::Release { .. } | Op::Raise(_), Value::Int(-1)) => {
-                Err(NodeErrorKind::Taken)
-            }
+            (
+                Op::Extend | Op::ExtendAndRepair | Op::Release { .. } | Op::Raise(_),
+                Value::Int(1),
+            ) => Ok(0),
+            (
+                Op::Extend | Op::ExtendAndRepair | Op::Release { .. } | Op::Raise(_),
+                Value::Int(0),
+            ) => Err(NodeErrorKind::Missing),
+            (
+                Op::Extend | Op::ExtendAndRepair | Op::Release { .. } | Op::Raise(_),
+                Value::Int(-1),
+            ) => Err(NodeErrorKind::Taken),
+            (Op::ExtendAndRepair, Value::Int(2)) => Err(NodeErrorKind::Repaired),
             (_, Value::ServerError(error)) => Err(NodeErrorKind::Redis(error.into())),
             // An error nested in an aggregate (say, from a proxy) is still the node's error.
             (_, other) => match other.extract_error() {
@@ -741,6 +752,27 @@ mod tests {
                 Err(NodeErrorKind::UnexpectedReply(_))
             ));
         }
+    }
+
+    /// An extend asked to repair answers 2 where it set a gone key again: gone, for the verdict;
+    /// a plain extend never answers it.
+    #[test]
+    fn a_repair_reads_as_its_own_answer() {
+        let repair = request(Op::ExtendAndRepair);
+        assert!(matches!(
+            repair.interpret(Value::Int(2)),
+            Err(NodeErrorKind::Repaired)
+        ));
+        assert!(repair.interpret(Value::Int(1)).is_ok());
+        assert!(matches!(
+            repair.interpret(Value::Int(0)),
+            Err(NodeErrorKind::Missing)
+        ));
+        assert!(matches!(
+            request(Op::Extend).interpret(Value::Int(2)),
+            Err(NodeErrorKind::UnexpectedReply(_))
+        ));
+        assert_eq!(repair.op_name(), "extend");
     }
 
     #[test]

@@ -18,8 +18,10 @@ pub(crate) struct Tally {
     pub track_nodes: bool,
     /// Nodes where another owner's value holds the key.
     pub foreign: Vec<usize>,
-    /// Nodes where the key is gone.
+    /// Nodes where the key is gone (those an extend repaired included).
     pub missing: usize,
+    /// Nodes where an extend found the key gone and set it again (see `Held::extend`).
+    pub repaired: Vec<usize>,
     /// Every node that did not say "ours", with the reason.
     pub failures: Vec<NodeError>,
     /// Nodes that have answered so far.
@@ -75,6 +77,12 @@ impl Tally {
                     | NodeErrorKind::InLine { .. }
                     | NodeErrorKind::LineAhead => self.foreign.push(node),
                     NodeErrorKind::Missing => self.missing += 1,
+                    // Gone, as far as the verdict goes: the repair counts only once the extend
+                    // holds without it.
+                    NodeErrorKind::Repaired => {
+                        self.missing += 1;
+                        self.repaired.push(node);
+                    }
                     _ => {}
                 }
                 self.failures.push(NodeError { node, kind });
@@ -87,7 +95,12 @@ impl Tally {
     pub(crate) fn unconfirmed(&self) -> usize {
         self.failures
             .iter()
-            .filter(|f| !matches!(f.kind, NodeErrorKind::Taken | NodeErrorKind::Missing))
+            .filter(|f| {
+                !matches!(
+                    f.kind,
+                    NodeErrorKind::Taken | NodeErrorKind::Missing | NodeErrorKind::Repaired
+                )
+            })
             .count()
     }
 
@@ -119,6 +132,7 @@ impl Tally {
         }
         self.failures.sort_by_key(|failure| failure.node);
         self.foreign.sort_unstable();
+        self.repaired.sort_unstable();
     }
 
     fn has_quorum(&self) -> bool {
@@ -364,6 +378,40 @@ mod tests {
 
         let slow = tally(&[Ok(0), Ok(0), Ok(0)]);
         assert!(matches!(slow.judge_extend(None), Err(Error::Expired)));
+    }
+
+    /// A node an extend repaired counts as one where the key was gone: it never makes the quorum,
+    /// and a quorum of gone keys is an expired lock, repaired or not.
+    #[test]
+    fn repaired_nodes_count_as_gone() {
+        let mut t = Tally::new(5, 3);
+        for (node, reply) in [
+            (4, Err(NodeErrorKind::Repaired)),
+            (0, Ok(0)),
+            (1, Ok(0)),
+            (2, Err(NodeErrorKind::Repaired)),
+            (3, Err(timeout())),
+        ] {
+            t.add(node, reply);
+        }
+        t.close([]);
+        assert_eq!((t.ours, t.missing, t.unconfirmed()), (2, 2, 1));
+        assert_eq!(t.repaired, [2, 4]);
+        assert!(matches!(
+            t.judge_extend(Some(MS)),
+            Err(Error::NoQuorum { ok: 2, .. })
+        ));
+
+        let gone = tally(&[
+            Err(NodeErrorKind::Repaired),
+            Err(NodeErrorKind::Repaired),
+            Ok(0),
+        ]);
+        assert!(gone.release_decided());
+        assert!(matches!(gone.judge_extend(Some(MS)), Err(Error::Expired)));
+
+        let held = tally(&[Ok(0), Err(NodeErrorKind::Repaired), Ok(0)]);
+        assert_eq!(held.judge_extend(Some(MS)).ok(), Some(MS));
     }
 
     #[test]

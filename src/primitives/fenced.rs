@@ -32,6 +32,12 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET.text()
 ///
 /// The connection's or server's error.
 ///
+/// # Cancel safety
+///
+/// Dropped once the script was sent, the write may still happen (the server runs it whether or
+/// not anyone waits for the reply), and whether it was accepted is not known. Call it again with
+/// the same token: an equal token is accepted again, so the retry of one holder is harmless.
+///
 /// # Examples
 ///
 /// ```

@@ -9,7 +9,8 @@ use crate::Mutex;
 use crate::engine::held::Held;
 use crate::engine::metrics::Lost;
 use crate::error::Error;
-use crate::primitives::keep_alive::KeepAlive;
+use crate::primitives::keep_alive::{KeepAlive, Renewal};
+use crate::primitives::run;
 
 /// A lock held on a quorum of nodes: of a [`Mutex`] (over one name or several), or one side of an
 /// [`RwLock`](crate::RwLock).
@@ -185,11 +186,26 @@ impl Lock {
     /// multi-name lock counts a node only where every name still holds the value; a read lock
     /// renews its reader's entry where it is still live.
     ///
-    /// Never called by the library on its own. Succeeds only on a quorum and only if validity is
-    /// left after the round trip; a failure changes nothing (the lock is not released, `valid_until`
-    /// stays). It never re-creates an expired key or touches another owner's. With
-    /// [`with_fail_fast(true)`](Mutex::with_fail_fast), it returns once the outcome is decided, and
-    /// the calls still in flight go on until the next extend or unlock stops them.
+    /// Never called by the library on its own (but by [`run`](Lock::run) and
+    /// [`keep_alive`](Lock::keep_alive)). Succeeds only on a quorum and only if validity is left
+    /// after the round trip; a failure changes nothing (the lock is not released, `valid_until`
+    /// stays). It never touches another owner's key.
+    ///
+    /// **Repair.** While the lock is valid, a node that lost the key (restarted without
+    /// persistence, or a cluster member that failed over to a replica without it) gets it back:
+    /// where the key is gone, the extend's script sets it again with this lock's value (`SET NX`,
+    /// the expiry), as redsync's `WithSetNXOnExtend` does, so that the lock rests on as many nodes
+    /// as it did, and one more failure does not lose it. Unlike that option, such a node does not
+    /// count towards the quorum: the extend succeeds only where the compare-and-extend alone holds
+    /// on a quorum, and when it does not, the keys it set again are deleted before it returns. So
+    /// an expired lock is never re-created. A multi-name lock repairs a node where no name holds
+    /// another value (every missing name is set again); a writer repairs as a mutex; a reader's
+    /// entry and a semaphore permit are not repaired (putting one back is what their acquire
+    /// decides). The safety argument is in `Held::extend` (`src/engine/held.rs`).
+    ///
+    /// With [`with_fail_fast(true)`](Mutex::with_fail_fast), it returns once the outcome is
+    /// decided; after success the calls still in flight go on until the next extend or unlock
+    /// stops them, after a failure they are stopped at once.
     ///
     /// # Errors
     ///
@@ -199,8 +215,10 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future leaves the lock as it was, possibly extended on some nodes,
-    /// with `valid_until` unchanged.
+    /// Cancel safe: dropping the future leaves the lock held as it was, with `valid_until`
+    /// unchanged, possibly extended on some nodes, and possibly repaired on some (keys set while
+    /// the lock was valid, which go with the unlock or expire); the next extend or unlock goes
+    /// out after whatever of it was sent.
     ///
     /// # Examples
     ///
@@ -241,8 +259,11 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave the lock released on some nodes; dropping the last clone then
-    /// releases the rest in the background.
+    /// Dropping the future leaves the lock released on the nodes that ran the release, and
+    /// running on those it was still on its way to (a request already sent runs there). The
+    /// handle is no longer valid ([`valid_until`](Lock::valid_until) ended when `unlock()`
+    /// started), but not unlocked: call `unlock()` again, or drop the last clone, which releases
+    /// the rest in the background.
     ///
     /// # Examples
     ///
@@ -288,7 +309,154 @@ impl Lock {
     /// # }
     /// ```
     pub fn keep_alive(&self, interval: Duration) -> KeepAlive {
-        KeepAlive::start(self.clone(), interval)
+        KeepAlive::start(self.clone(), interval, self.round_trip())
+    }
+
+    /// Runs `work` while keeping the lock, and releases it when `work` is done; drops `work` if
+    /// the lock cannot be kept, before its validity ends.
+    ///
+    /// This is the whole heartbeat pattern in one call: a [`KeepAlive`] renews the lock every
+    /// third of the expiry (see [`run_renewing_every`](Lock::run_renewing_every) to choose),
+    /// riding out a blip of the nodes, while `work` is polled in this task. When `work` completes
+    /// while the lock is valid, the lock is unlocked and `work`'s output returned. When the lock
+    /// is lost (taken, gone from a quorum, or too few nodes answer the renewals in time), `work` is
+    /// dropped at once, at the latest a few milliseconds before [`valid_until`](Lock::valid_until),
+    /// and `run` returns [`Error::Lost`] saying why; the lock is released in the background (what
+    /// is left of it). Dropped, not detached: nothing of `work` runs after `run` returns. Tasks that
+    /// `work` spawned are not part of it: keep them in a `tokio::task::JoinSet` that `work` owns,
+    /// so that they are aborted with it.
+    ///
+    /// A lock handle adopted with [`Mutex::adopt`] (whose validity is over until an extend) or
+    /// whose validity is nearly over is extended once before `work` starts.
+    ///
+    /// `work` is a future that yields now and then: a step that holds its thread (blocking I/O,
+    /// a long computation without an await) cannot be dropped in the middle, and its result
+    /// counts only if it came before `valid_until`. Run such steps with
+    /// `tokio::task::spawn_blocking` and check [`valid_until`](Lock::valid_until) from them.
+    ///
+    /// **The fencing token, and the lock's other facts**, are read before the call, since `run`
+    /// takes the lock: `let token = lock.token();`, then move `token` into `work`. For
+    /// `valid_until` while it moves, keep a clone (`let handle = lock.clone();`) and read it from
+    /// `work`; do not unlock through it (the lock is then no longer held, and `work` is dropped
+    /// with [`Error::Lost`], cause [`Error::Unlocked`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lock could not be kept (`work` dropped or, if it completed after the
+    /// validity ended, its output discarded), or could not be renewed before `work` started;
+    /// [`Error::Unlocked`] (no I/O, `work` never polled) when the lock was unlocked already;
+    /// [`Error::Config`] (no I/O) for invalid settings. When `work` completed under the lock, the
+    /// output is returned even if the unlock that follows fails (the lock then expires, or is
+    /// released in the background).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` where it stands, stops the renewals, and releases the lock
+    /// in the background on the current tokio runtime (once no other clone of it is left), as
+    /// dropping a lock does; the keys expire on their own in any case.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::time::Duration;
+    ///
+    /// let mutex = redlock
+    ///     .new_mutex("report:nightly")
+    ///     .with_expiry(Duration::from_millis(600))
+    ///     .with_fencing(true);
+    /// let lock = mutex.lock().await?;
+    /// let token = lock.token().expect("fencing is on"); // read before: run takes the lock
+    /// let report = lock
+    ///     .run(async move {
+    ///         tokio::time::sleep(Duration::from_millis(1500)).await; // 2.5 expiries of work
+    ///         format!("written with token {token}") // each write carries the token
+    ///     })
+    ///     .await?;
+    /// assert!(report.starts_with("written"));
+    /// assert!(mutex.try_lock().await.is_ok(), "released when the work is done");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run<F: Future>(self, work: F) -> Result<F::Output, Error> {
+        let every = self.held.resource().plan()?.expiry / 3;
+        self.run_renewing_every(every, work).await
+    }
+
+    /// [`run`](Lock::run), renewing every `every` rather than every third of the expiry.
+    ///
+    /// A shorter period leaves more retries before a loss (each renewal that fails is tried again
+    /// while one more can end before the validity), at the cost of one extend per period.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Lock::run); [`Error::Config`] (no I/O) when `every` is zero, or not shorter than
+    /// the expiry.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`run`](Lock::run).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::time::Duration;
+    ///
+    /// let lock = redlock.new_mutex("compaction").lock().await?; // an 8 s expiry
+    /// let every = Duration::from_secs(1);
+    /// lock.run_renewing_every(every, tokio::time::sleep(Duration::from_millis(50))).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_renewing_every<F: Future>(
+        self,
+        every: Duration,
+        work: F,
+    ) -> Result<F::Output, Error> {
+        let plan = self.held.resource().plan()?;
+        if every.is_zero() || every >= plan.expiry {
+            return Err(Error::config(
+                "renew_every",
+                format!(
+                    "must be more than zero and less than the expiry ({:?}), got {every:?}",
+                    plan.expiry
+                ),
+            ));
+        }
+        if self.is_unlocked() {
+            return Err(Error::Unlocked);
+        }
+        let renewal = Renewal::new(every, plan.node_timeout);
+        // Too little validity left for the keep-alive to renew in time (an adopted handle has
+        // none): renewed once here, before the work starts.
+        let now = Instant::now();
+        if renewal.due(now, now, self.valid_until()).is_none() {
+            self.extend().await.map_err(run::lost)?;
+        }
+        let keep = KeepAlive::start(self.clone(), every, plan.node_timeout);
+        let outcome = run::under(&self, &keep, work).await;
+        // No renewal may go out after the unlock (nor be left to repair what the unlock freed).
+        keep.stop().await;
+        let output = outcome?;
+        // Whatever the unlock says, the work completed under the lock: a lock that was not
+        // released everywhere expires, and this handle's drop releases what it can.
+        let _ = self.unlock().await;
+        Ok(output)
+    }
+
+    /// How long one operation on the nodes may take: the node timeout.
+    fn round_trip(&self) -> Duration {
+        self.held
+            .resource()
+            .plan()
+            .map_or(Duration::ZERO, |plan| plan.node_timeout)
     }
 
     pub(crate) fn is_unlocked(&self) -> bool {

@@ -15,9 +15,12 @@
 //! acquire script answers the fencing counter (`0` or more; `0` where none was asked for) when it
 //! took the lock and `-1` when another owner holds it; every other script answers `1` when it
 //! acted on our value, `0` when the lock is gone and `-1` when another owner's value holds it, so
-//! the caller can tell an expired lock from a taken one. Anything else is an error reply with a
-//! message. Only acquire scripts create keys: a lock that expired stays expired. Scripts check
-//! everything before they write: Redis does not undo a script's writes when it fails halfway.
+//! the caller can tell an expired lock from a taken one; an extend asked to repair answers `2`
+//! where the key was gone and it set it again. Anything else is an error reply with a message.
+//! Only acquire scripts and that repair create keys, and a repair counts for nothing until the
+//! extend holds on a quorum without it, or is deleted again (see `engine::held::Held::extend`): a
+//! lock that expired stays expired. Scripts check everything before they write: Redis does not
+//! undo a script's writes when it fails halfway.
 //!
 //! Uses `waiting`, `engine`, `nodes` and `error`.
 
@@ -27,6 +30,7 @@ pub(crate) mod keep_alive;
 pub(crate) mod lock;
 pub(crate) mod multi;
 pub(crate) mod mutex;
+pub(crate) mod run;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 

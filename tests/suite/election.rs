@@ -814,3 +814,81 @@ async fn watch_passes_errors_on_and_reads_again() {
     assert_eq!(leader_of(next().await.expect("read again")), leader);
     assert!(leadership.is_leading());
 }
+
+/// `Leadership::run`: the work runs while leading (over several leases), and the leadership is
+/// resigned the moment it is done, which lets a standby in at once.
+#[tokio::test]
+async fn run_leads_through_the_work_and_resigns_when_done() {
+    let cluster = Cluster::start(3);
+    let clients = clients(&cluster).await;
+    let lease = Duration::from_millis(600);
+    let leadership = election(&clients[0], "el:run")
+        .with_expiry(lease)
+        .campaign("a")
+        .await
+        .expect("elected");
+    let epoch = leadership.epoch();
+    let standby = election(&clients[1], "el:run").with_expiry(lease);
+    let waiting = tokio::spawn(async move { standby.campaign("b").await });
+    let work = async move {
+        tokio::time::sleep(lease * 7 / 2).await;
+        epoch
+    };
+    assert_eq!(leadership.run(work).await.expect("led throughout"), epoch);
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("woken by the resignation")
+        .expect("no panic")
+        .expect("elected");
+    assert!(next.epoch() > epoch);
+    next.resign().await.expect("resign");
+}
+
+/// Three nodes of five stopped while a leader runs its work: the work is dropped, and `run`
+/// returns the loss, no later than the stop plus the lease.
+#[tokio::test]
+async fn a_majority_stopped_drops_the_leader_s_work_in_time() {
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster).await;
+    let lease = Duration::from_secs(1);
+    let leadership = redlock
+        .new_election("el:run-stopped")
+        .with_expiry(lease)
+        .campaign("a")
+        .await
+        .expect("elected");
+    let clock = crate::run::DropClock::default();
+    let work = crate::run::endless(clock.guard());
+    let running = tokio::spawn(async move {
+        let result = leadership.run(work).await;
+        (result, std::time::Instant::now())
+    });
+    tokio::time::sleep(lease / 2).await;
+    let stopped = std::time::Instant::now();
+    for node in 0..3 {
+        cluster.node(node).pause();
+    }
+    let (result, returned) = tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("run returned")
+        .expect("no panic");
+    let dropped = clock.dropped().expect("the work was dropped");
+    for node in 0..3 {
+        cluster.node(node).resume();
+    }
+    match &result {
+        // The keep-alive's report, with the nodes' answers; or, on a machine too loaded for it
+        // to come first, the run's own timer at the end of the validity.
+        Err(Error::Lost { cause }) => assert!(
+            matches!(**cause, Error::NoQuorum { .. } | Error::Expired),
+            "{cause}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(dropped <= returned);
+    assert!(
+        returned <= stopped + lease,
+        "returned {:?} after the stop",
+        returned - stopped
+    );
+}

@@ -559,17 +559,22 @@ async fn rwlock_force_unlock_frees_a_writer_and_readers() {
     let redlock = client(&cluster).await;
     let name = "inspect:force-rw";
     let rwlock = long_marks(&redlock, name).with_wake_on_release(true);
+    let publishes = || -> Vec<u64> { cluster.nodes().iter().map(|n| n.calls("publish")).collect() };
     let writer = rwlock.write().await.unwrap();
     assert_eq!(rwlock.force_unlock().await.unwrap(), 3);
-    assert!(matches!(writer.extend().await, Err(Error::Expired)));
-    let readers = [rwlock.read().await.unwrap(), rwlock.read().await.unwrap()];
-    assert_eq!(rwlock.force_unlock().await.unwrap(), 3);
     // One release notice per node for each forced release.
+    assert_eq!(publishes(), [1, 1, 1]);
+    // The writer's extend set its key again on every node, and took it back (with the notice
+    // its settings ask for) when it found the lock gone everywhere.
+    assert!(matches!(writer.extend().await, Err(Error::Expired)));
+    assert!(cluster.nodes().iter().all(|node| !node.exists(name)));
+    let readers = [rwlock.read().await.unwrap(), rwlock.read().await.unwrap()];
+    let before = publishes();
+    assert_eq!(rwlock.force_unlock().await.unwrap(), 3);
+    let after = publishes();
     assert!(
-        cluster
-            .nodes()
-            .iter()
-            .all(|node| node.calls("publish") == 2)
+        before.iter().zip(&after).all(|(b, a)| a - b == 1),
+        "{before:?} {after:?}"
     );
     for reader in &readers {
         assert!(matches!(reader.extend().await, Err(Error::Expired)));

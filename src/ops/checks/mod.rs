@@ -219,7 +219,8 @@ impl Checkup {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave a scratch key, which expires on its own.
+    /// Cancel safe as to the nodes: dropping the future may leave the scratch key of the
+    /// permissions check, which expires on its own within 10 s.
     ///
     /// # Examples
     ///

@@ -183,7 +183,7 @@ impl Mutex {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: it only reads.
+    /// Cancel safe: it only reads, and a dropped reading changes nothing on the nodes.
     ///
     /// # Examples
     ///
@@ -239,7 +239,8 @@ impl Mutex {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave the key deleted on some nodes only.
+    /// Dropping the future leaves the name freed on the nodes that ran the deletion, and on
+    /// those it was on its way to (a request already sent runs there): call it again to finish.
     ///
     /// # Examples
     ///
@@ -281,7 +282,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: it only reads.
+    /// Cancel safe: it only reads, and a dropped reading changes nothing on the nodes.
     ///
     /// # Examples
     ///
@@ -329,7 +330,8 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave the name freed on some nodes only.
+    /// Dropping the future leaves the name freed on the nodes that ran the deletion, and on
+    /// those it was on its way to (a request already sent runs there): call it again to finish.
     ///
     /// # Examples
     ///
@@ -375,7 +377,7 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: it only reads.
+    /// Cancel safe: it only reads, and a dropped reading changes nothing on the nodes.
     ///
     /// # Examples
     ///
@@ -418,7 +420,8 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave the name deleted on some nodes only.
+    /// Dropping the future leaves the name freed on the nodes that ran the deletion, and on
+    /// those it was on its way to (a request already sent runs there): call it again to finish.
     ///
     /// # Examples
     ///

@@ -17,6 +17,7 @@ use crate::nodes::probe::{each_node, eval};
 use crate::primitives::keep_alive::{KeepAlive, KeepAliveEnd};
 use crate::primitives::lock::Lock;
 use crate::primitives::mutex::Mutex;
+use crate::primitives::run;
 use crate::waiting::hub::Watcher;
 use crate::waiting::listeners::Listeners;
 
@@ -332,7 +333,9 @@ impl Election {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future releases whatever it may have acquired, in the background.
+    /// Dropping the future at any point (while another leads, or with its acquisition or its
+    /// fencing raise in flight) releases whatever it may have acquired, in the background, so
+    /// that another candidate is elected at once rather than after the lease.
     ///
     /// # Examples
     ///
@@ -383,7 +386,7 @@ impl Election {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: it only reads.
+    /// Cancel safe: it only reads, and a dropped reading changes nothing on the nodes.
     ///
     /// # Examples
     ///
@@ -424,6 +427,12 @@ impl Election {
     /// [`Redlock::new`], which has no listeners, or a crashed leader, which sends none) only
     /// delays an update by one period. Errors are passed on, and the stream goes on reading; the
     /// first reading after an error is passed on whatever it says.
+    ///
+    /// # Cancel safety
+    ///
+    /// The stream's `next()` is cancel safe: a reading dropped halfway (in a `tokio::select!`
+    /// that took another branch) stays in the stream and goes on at the next call, so no change
+    /// is missed. Dropping the stream stops reading and leaves the name's notices.
     ///
     /// # Examples
     ///
@@ -704,7 +713,8 @@ impl Leadership {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe; call it again to wait again.
+    /// Cancel safe: it only waits; call it again to wait again (an end that came meanwhile is
+    /// returned at once).
     ///
     /// # Examples
     ///
@@ -750,8 +760,9 @@ impl Leadership {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave the lease released on some nodes only; the rest is released
-    /// in the background.
+    /// Renewing stops at once. Dropping the future may leave the lease released on some nodes
+    /// only; the lease goes with the future (`resign` takes the leadership), which releases the
+    /// rest in the background, as dropping the leadership does.
     ///
     /// # Examples
     ///
@@ -768,8 +779,66 @@ impl Leadership {
     /// ```
     pub async fn resign(self) -> Result<(), Error> {
         let Leadership { lock, keep, .. } = self;
-        drop(keep);
+        keep.stop().await;
         lock.unlock().await
+    }
+
+    /// Runs `work` while leading, and resigns when `work` is done; drops `work` once the
+    /// leadership is lost, before the lease ends.
+    ///
+    /// As [`Lock::run`]: the leadership renews itself meanwhile (every
+    /// [`renew_every`](Election::renew_every), riding out a blip of the nodes), `work` is polled
+    /// in this task, and when the lease cannot be kept `work` is dropped at once, at the latest a
+    /// few milliseconds before [`valid_until`](Leadership::valid_until), and `run` returns
+    /// [`Error::Lost`] with the cause; the lease is released in the background. Nothing of `work`
+    /// runs after `run` returns. Read the [`epoch`](Leadership::epoch) before the call and move
+    /// it into `work`, which passes it with every write (see [`fenced_set`](crate::fenced_set)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the leadership was lost while `work` ran (`work` dropped, or its
+    /// output discarded if it completed after the lease's validity). When `work` completed while
+    /// leading, its output is returned even if the resignation fails (the lease then expires).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` where it stands, stops renewing and resigns in the
+    /// background, as dropping the leadership does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use std::time::Duration;
+    ///
+    /// let election = redlock.new_election("scheduler").with_expiry(Duration::from_millis(600));
+    /// let leadership = election.campaign("host-a").await?;
+    /// let epoch = leadership.epoch(); // read before: run takes the leadership
+    /// let runs = leadership
+    ///     .run(async move {
+    ///         for round in 1..=3 {
+    ///             tokio::time::sleep(Duration::from_millis(400)).await; // a scheduler's round
+    ///             println!("round {round} as leader of epoch {epoch}"); // writes carry `epoch`
+    ///         }
+    ///         3
+    ///     })
+    ///     .await?;
+    /// assert_eq!(runs, 3);
+    /// assert!(election.leader().await?.is_none(), "resigned when done");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run<F: Future>(self, work: F) -> Result<F::Output, Error> {
+        let Leadership { lock, keep, .. } = self;
+        let outcome = run::under(&lock, &keep, work).await;
+        keep.stop().await;
+        let output = outcome?;
+        // Whatever the release says, the work completed while leading.
+        let _ = lock.unlock().await;
+        Ok(output)
     }
 }
 

@@ -26,7 +26,7 @@ pub(crate) const NEEDS: Needs = Needs::new("multi-name locks", Version::new(3, 0
 
 /// Every name or none (`acquire.lua`).
 pub(crate) const ACQUIRE: Script = lua!("primitives/multi/acquire.lua");
-/// Extends where every name holds the value (`extend.lua`).
+/// Extends where every name holds the value, and repairs a node that lost some (`extend.lua`).
 pub(crate) const EXTEND: Script = lua!("primitives/multi/extend.lua");
 /// Deletes every name that holds the value (`release.lua`).
 pub(crate) const RELEASE: Script = lua!("primitives/multi/release.lua");
@@ -100,7 +100,7 @@ impl Target for MultiTarget {
         let (script, fenced) = match op {
             Op::Acquire | Op::Round { .. } | Op::Enter => (verb.script(&ACQUIRE), false),
             Op::AcquireFenced => (verb.script(&ACQUIRE), true),
-            Op::Extend => (verb.script(&EXTEND), false),
+            Op::Extend | Op::ExtendAndRepair => (verb.script(&EXTEND), false),
             Op::Release { .. } => (verb.script(&RELEASE), false),
             Op::Raise(_) => (verb.script(&RAISE), true),
         };
@@ -135,6 +135,9 @@ impl Target for MultiTarget {
             }
             Op::Extend => {
                 cmd.arg(millis);
+            }
+            Op::ExtendAndRepair => {
+                cmd.arg(millis).arg("repair");
             }
             Op::Release { notify: false, .. } => {}
             // Each name's notice on its own channel, as a mutex over that name publishes it.
@@ -339,6 +342,11 @@ mod tests {
         let extend = target.command(Op::Extend, Delivery::ByDigest, Standalone, "v", 5);
         assert_eq!(words(&extend)[1], EXTEND.digest());
         assert_eq!(words(&extend)[2..], ["3", "a", "b", "c", "v", "5"]);
+        let repair = target.command(Op::ExtendAndRepair, Delivery::ByDigest, Standalone, "v", 5);
+        assert_eq!(
+            words(&repair)[2..],
+            ["3", "a", "b", "c", "v", "5", "repair"]
+        );
         assert!(target.is_script(Op::Acquire));
     }
 

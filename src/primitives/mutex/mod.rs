@@ -610,8 +610,12 @@ impl Mutex {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future mid-flight releases whatever it may have acquired, in the background on
-    /// the current tokio runtime; the keys expire on their own in any case.
+    /// Dropping the future at any point (before the `SET`s went out, while they are in flight and
+    /// some nodes may hold the key already, during the release of a failed attempt, or during the
+    /// retry delay) sends a release of whatever it may have set to every node at once, in the
+    /// background on the current tokio runtime: a request already queued at a node runs there
+    /// first, then the release, so the next locker gets in at once rather than after the expiry.
+    /// Without a runtime, the keys expire on their own.
     ///
     /// # Examples
     ///
@@ -641,7 +645,8 @@ impl Mutex {
     ///
     /// # Cancel safety
     ///
-    /// As [`lock()`](Mutex::lock).
+    /// As [`lock()`](Mutex::lock), for its one attempt: a `try_lock()` dropped after its `SET`s
+    /// went out releases them in the background.
     ///
     /// # Examples
     ///

@@ -32,7 +32,7 @@ pub(crate) const SUFFIXES: &[&str] = &[":fence"];
 pub(crate) const RELEASE: Script = lua!("primitives/mutex/release.lua");
 /// Compare-and-delete with a release notice (`release_notify.lua`).
 pub(crate) const RELEASE_NOTIFY: Script = lua!("primitives/mutex/release_notify.lua");
-/// Compare-and-PEXPIRE (`extend.lua`).
+/// Compare-and-PEXPIRE, and the repair of a node that lost the key (`extend.lua`).
 pub(crate) const EXTEND: Script = lua!("primitives/mutex/extend.lua");
 /// `SET NX PX` and the fencing counter (`acquire_fenced.lua`).
 pub(crate) const ACQUIRE_FENCED: Script = lua!("primitives/mutex/acquire_fenced.lua");
@@ -105,6 +105,11 @@ impl MutexTarget {
                 cmd
             }
             Op::Extend => script_cmd(verb.script(&EXTEND), verb, name, value, Some(millis)),
+            Op::ExtendAndRepair => {
+                let mut cmd = script_cmd(verb.script(&EXTEND), verb, name, value, Some(millis));
+                cmd.arg("repair");
+                cmd
+            }
             Op::Release { hand_off: true, .. } => {
                 let notices = self.notices(member);
                 line::release(verb, name, self.line_keys(), value, notices)
@@ -213,7 +218,7 @@ impl fmt::Debug for MutexTarget {
 
 /// A script over one key, with the value and optionally the expiry as arguments.
 fn script_cmd(script: &str, verb: Verb, name: &str, value: &str, millis: Option<u64>) -> Cmd {
-    let mut cmd = Cmd::with_capacity(6, 32 + script.len() + name.len() + value.len());
+    let mut cmd = Cmd::with_capacity(7, 32 + script.len() + name.len() + value.len());
     cmd.arg(verb.word()).arg(script).arg(1).arg(name).arg(value);
     if let Some(millis) = millis {
         cmd.arg(millis);
@@ -317,6 +322,11 @@ mod tests {
         assert_eq!(
             words(&by_digest),
             ["EVALSHA", EXTEND.digest(), "1", "name", "v", "5"]
+        );
+        let repair = target.command(Op::ExtendAndRepair, Delivery::ByDigest, Standalone, "v", 5);
+        assert_eq!(
+            words(&repair),
+            ["EVALSHA", EXTEND.digest(), "1", "name", "v", "5", "repair"]
         );
         let inline = target.command(Op::Raise(7), Delivery::Inline, Standalone, "v", 5);
         assert_eq!(words(&inline)[2..], ["2", "name", "{name}:fence", "v", "7"]);

@@ -464,8 +464,9 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// As [`Mutex::lock`]: a dropped future releases whatever it may have acquired, in the
-    /// background.
+    /// As [`Mutex::lock`]: a future dropped at any point (its requests in flight included)
+    /// releases whatever it may have acquired, in the background, so that the next reader or
+    /// writer gets in at once.
     ///
     /// # Examples
     ///
@@ -492,7 +493,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// As [`read()`](RwLock::read).
+    /// As [`read()`](RwLock::read), for its one attempt.
     ///
     /// # Examples
     ///
@@ -530,7 +531,9 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// As [`Mutex::lock`]; a mark left by the cancelled call expires on its own.
+    /// As [`Mutex::lock`]: a future dropped at any point releases whatever it may have acquired,
+    /// in the background; a mark left by the cancelled call (which keeps new readers out) expires
+    /// on its own.
     ///
     /// # Examples
     ///
@@ -559,7 +562,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// As [`write()`](RwLock::write).
+    /// As [`write()`](RwLock::write), for its one attempt.
     ///
     /// # Examples
     ///

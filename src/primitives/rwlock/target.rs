@@ -145,8 +145,9 @@ impl Target for ReadTarget {
                     .arg(millis);
             }
             // A raise is not reached for readers either; a renewal of the reader's entry is
-            // harmless.
-            Op::Extend | Op::Raise(_) => {
+            // harmless. A reader's entry is never repaired (see `Held::extend`): putting it
+            // back is the read acquire's decision (no writer, no writer waiting).
+            Op::Extend | Op::ExtendAndRepair | Op::Raise(_) => {
                 cmd.arg(verb.word())
                     .arg(verb.script(&READ_EXTEND))
                     .arg(2)
@@ -223,7 +224,9 @@ impl Target for WriteTarget {
             // As for several names, a fair round here would be a plain acquire.
             Op::Acquire | Op::Round { .. } | Op::Enter => false,
             Op::AcquireFenced => true,
-            Op::Extend | Op::Release { .. } | Op::Raise(_) => {
+            // Where the name's key is gone, no reader is live there either (the readers' marker
+            // outlives every entry, see read_acquire.lua): a writer repairs as a mutex does.
+            Op::Extend | Op::ExtendAndRepair | Op::Release { .. } | Op::Raise(_) => {
                 return self.mutex.command(op, delivery, member, value, millis);
             }
         };

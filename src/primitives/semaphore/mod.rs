@@ -449,8 +449,9 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future mid-flight gives back whatever it may have taken, in the background on
-    /// the current tokio runtime; the entries expire on their own in any case.
+    /// Dropping the future at any point (its requests in flight included) gives back whatever it
+    /// may have taken, in the background on the current tokio runtime, so that the permit is free
+    /// for the next holder at once; without a runtime, the entries expire on their own.
     ///
     /// # Examples
     ///
@@ -485,7 +486,7 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// As [`acquire()`](Semaphore::acquire).
+    /// As [`acquire()`](Semaphore::acquire), for its one attempt.
     ///
     /// # Examples
     ///

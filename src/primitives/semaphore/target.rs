@@ -111,7 +111,9 @@ impl Target for PermitsTarget {
                 value,
                 &[millis, u64::from(self.permits)],
             ),
-            Op::Extend | Op::Raise(_) => {
+            // A permit's entry is never repaired (see `Held::extend`): putting it back is the
+            // acquire's decision (room among the permits).
+            Op::Extend | Op::ExtendAndRepair | Op::Raise(_) => {
                 semaphore_cmd(verb.script(&EXTEND), verb, name, value, &[millis])
             }
             Op::Release { notify, .. } => {
