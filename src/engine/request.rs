@@ -10,7 +10,7 @@ use redis::{Cmd, Pipeline, Value};
 use crate::engine::quorum::whole_millis;
 use crate::engine::settings::ReplicaAcks;
 use crate::engine::tally::Tally;
-use crate::engine::target::{Settled, Target};
+use crate::engine::target::{Settled, Target, mark_commands};
 use crate::error::NodeErrorKind;
 use crate::nodes::Member;
 use crate::nodes::connection::{NodeConnection, Packed};
@@ -64,6 +64,14 @@ enum Message {
     One(Cmd),
     /// Commands sent in one write, answered in order (see `Target::entry`).
     Pipeline(Pipeline),
+    /// The waiters' marks of the target's names (see [`Request::with_marks`]), then the
+    /// request's own command (`one`) or pipeline, in one write: the first `marks` replies are the
+    /// marks'.
+    Marked {
+        pipeline: Pipeline,
+        marks: usize,
+        one: bool,
+    },
 }
 
 /// One command (or pipeline), built once and sent to every node: in two variants, since a
@@ -86,6 +94,8 @@ pub(crate) struct Request {
     replica_acks: Option<ReplicaAcks>,
     /// The release this request's attempt sends where it fails (see `Settled::Release`).
     release: Op,
+    /// How long the waiters' marks sent before the request live, in milliseconds; 0 sends none.
+    marks: u64,
 }
 
 impl Request {
@@ -100,7 +110,7 @@ impl Request {
         millis: u64,
         delivery: Delivery,
     ) -> Self {
-        let message = Request::build(op, target, value, millis, delivery, Member::Standalone);
+        let message = Request::build(op, target, value, millis, delivery, Member::Standalone, 0);
         Request {
             op,
             needs: target.needs(op),
@@ -115,7 +125,30 @@ impl Request {
                 notify: false,
                 hand_off: false,
             },
+            marks: 0,
         }
+    }
+
+    /// The same request, preceded in the same write by the commands that mark the target's
+    /// names as waited for, for `ttl` (see `target::mark_commands`): sent by a waiter's
+    /// attempts, so that a release that comes after the attempt found the name taken sees the
+    /// mark and notifies (see `waiting::notices`). The marks go first on the node's connection,
+    /// so the holder's release can only run after them. Their replies are not read: a mark that
+    /// failed costs its waiter a notice, never its attempt. `None` leaves the request as it is.
+    pub(crate) fn with_marks(mut self, ttl: Option<Duration>) -> Self {
+        if let Some(ttl) = ttl {
+            self.marks = whole_millis(ttl).max(1);
+            self.message = Request::build(
+                self.op,
+                &self.target,
+                &self.value,
+                self.millis,
+                self.delivery,
+                Member::Standalone,
+                self.marks,
+            );
+        }
+        self
     }
 
     /// The same request, whose partial writes a plain entry leaves on a node are released with
@@ -152,10 +185,41 @@ impl Request {
         millis: u64,
         delivery: Delivery,
         member: Member,
+        marks: u64,
     ) -> Message {
-        match target.entry(op, member, value, millis) {
+        let message = match target.entry(op, member, value, millis) {
             Some(pipeline) => Message::Pipeline(pipeline),
             None => Message::One(target.command(op, delivery, member, value, millis)),
+        };
+        let marking = match marks {
+            0 => Vec::new(),
+            millis => mark_commands(target.names(), member, millis),
+        };
+        if marking.is_empty() {
+            return message;
+        }
+        let marks = marking.len();
+        let mut pipeline = Pipeline::with_capacity(marks + 2);
+        for mark in marking {
+            pipeline.add_command(mark);
+        }
+        let one = match message {
+            Message::One(cmd) => {
+                pipeline.add_command(cmd);
+                true
+            }
+            Message::Pipeline(entry) => {
+                for cmd in entry.cmd_iter() {
+                    pipeline.add_command(cmd.clone());
+                }
+                false
+            }
+            marked @ Message::Marked { .. } => return marked,
+        };
+        Message::Marked {
+            pipeline,
+            marks,
+            one,
         }
     }
 
@@ -194,6 +258,7 @@ impl Request {
                         self.millis,
                         self.delivery,
                         Member::Cluster,
+                        self.marks,
                     ))
                 })
                 .as_ref(),
@@ -384,13 +449,22 @@ pub(crate) async fn call(
         // in its member's form.
         None => connection.learn_member().await?,
     };
-    let packed = match request.message(member).map_err(NodeErrorKind::clone)? {
-        Message::One(cmd) => Packed::One(cmd),
-        Message::Pipeline(pipeline) => Packed::Pipeline(pipeline),
+    let (packed, plain, marks) = match request.message(member).map_err(NodeErrorKind::clone)? {
+        Message::One(cmd) => (Packed::One(cmd), false, None),
+        Message::Pipeline(pipeline) => (Packed::Pipeline(pipeline), true, None),
+        Message::Marked {
+            pipeline,
+            marks,
+            one,
+        } => (Packed::Pipeline(pipeline), !one, Some((*marks, *one))),
     };
-    let plain = matches!(packed, Packed::Pipeline(_));
     let needs = request.needs_on(member);
-    let reply = match connection.send_for(needs, packed).await? {
+    let reply = connection.send_for(needs, packed).await?;
+    let reply = match marks {
+        Some((marks, one)) => unmarked(reply, marks, one)?,
+        None => reply,
+    };
+    let reply = match reply {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
         Value::ServerError(error) if error.code() == "NOSCRIPT" => {
             match request.eval_cmd(request.op, member) {
@@ -420,6 +494,21 @@ pub(crate) async fn call(
         acknowledged(reply, acks)?;
     }
     Ok(ours)
+}
+
+/// The reply of a marked request without the marks' replies: the request's own reply (`one`), or
+/// its pipeline's replies.
+fn unmarked(reply: Value, marks: usize, one: bool) -> Result<Value, NodeErrorKind> {
+    match reply {
+        Value::Array(mut replies) if one && replies.len() == marks + 1 => {
+            Ok(replies.swap_remove(marks))
+        }
+        Value::Array(mut replies) if !one && replies.len() > marks => {
+            replies.drain(..marks);
+            Ok(Value::Array(replies))
+        }
+        other => Err(NodeErrorKind::UnexpectedReply(describe(&other))),
+    }
 }
 
 /// What a plain entry left to do on a node (see `Target::settle`), on the connection the entry
@@ -539,6 +628,45 @@ mod tests {
             let request = request(op).with_replica_acks(Some(acks));
             assert_eq!(request.acks_for_ours().is_some(), waits, "{op:?}");
         }
+    }
+
+    /// A waiter's attempt sends the marks first, then its command, in one write; the marks'
+    /// replies are dropped, whatever they say, and the command's reply is read as without them.
+    #[test]
+    fn marks_go_first_and_their_replies_are_dropped() {
+        let marked = request(Op::Acquire).with_marks(Some(Duration::from_millis(1500)));
+        let Ok(Message::Marked {
+            pipeline,
+            marks,
+            one,
+        }) = marked.message(Member::Standalone)
+        else {
+            panic!("a marked request is a pipeline");
+        };
+        let sent: Vec<Vec<String>> = pipeline.cmd_iter().map(crate::primitives::words).collect();
+        assert_eq!(
+            sent,
+            [
+                vec!["PSETEX", "name:waiters", "1500", "1"],
+                vec!["SET", "name", "value", "NX", "PX", "8000"]
+            ]
+        );
+        assert_eq!((*marks, *one), (1, true));
+        let refused = redis::parse_redis_value(b"-NOPERM no PSETEX\r\n").unwrap();
+        let reply = Value::Array(vec![refused, Value::Nil]);
+        assert_eq!(unmarked(reply, 1, true).unwrap(), Value::Nil);
+        let entry = Value::Array(vec![Value::Okay, Value::Okay, Value::Int(0)]);
+        assert_eq!(
+            unmarked(entry, 1, false).unwrap(),
+            Value::Array(vec![Value::Okay, Value::Int(0)])
+        );
+        assert!(unmarked(Value::Okay, 1, true).is_err());
+        // Unmarked requests are left as they are.
+        let plain = request(Op::Acquire).with_marks(None);
+        assert!(matches!(
+            plain.message(Member::Standalone),
+            Ok(Message::One(_))
+        ));
     }
 
     #[test]

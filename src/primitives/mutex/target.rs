@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use redis::{Cmd, Pipeline};
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Channels, Target, Verb, beside};
+use crate::engine::target::{self, Channels, Target, Verb, beside, waiters_key};
 use crate::error::Error;
 use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
@@ -117,24 +117,7 @@ impl MutexTarget {
                 script_cmd(verb.script(&RELEASE), verb, name, value, None)
             }
             Op::Release { notify: true, .. } => {
-                let script = verb.script(&RELEASE_NOTIFY);
-                match self.notices(member) {
-                    None => script_cmd(script, verb, name, value, None),
-                    Some((publish, channel)) => {
-                        let mut cmd = Cmd::with_capacity(
-                            7,
-                            48 + script.len() + name.len() + value.len() + channel.len(),
-                        );
-                        cmd.arg(verb.word())
-                            .arg(script)
-                            .arg(1)
-                            .arg(&**name)
-                            .arg(value)
-                            .arg(publish)
-                            .arg(channel);
-                        cmd
-                    }
-                }
+                self.release_with(&RELEASE_NOTIFY, verb, member, value)
             }
             Op::AcquireFenced => {
                 let script = verb.script(&ACQUIRE_FENCED);
@@ -142,6 +125,50 @@ impl MutexTarget {
                 fenced_cmd(script, verb, name, legacy, value, millis)
             }
             Op::Raise(token) => fenced_cmd(verb.script(&RAISE), verb, name, false, value, token),
+        }
+    }
+}
+
+impl MutexTarget {
+    /// A release by `script`, which takes the arguments of `release_notify.lua`: on a standalone
+    /// server the name and the value alone (the script makes the waiters' mark from the name);
+    /// on a cluster also the mark, the command and the channel. A name without a slot prefix has
+    /// no mark and no channel on a cluster (see `target::waiters_key`): there its release is the
+    /// plain one, and its waiters poll.
+    pub(crate) fn release_with(
+        &self,
+        script: &Script,
+        verb: Verb,
+        member: Member,
+        value: &str,
+    ) -> Cmd {
+        let name = &self.name[0];
+        let notices = self.notices(member);
+        let mark = match member {
+            Member::Standalone => None,
+            Member::Cluster => match waiters_key(name, member) {
+                Some(mark) => Some(mark),
+                None => return script_cmd(verb.script(&RELEASE), verb, name, value, None),
+            },
+        };
+        let script = verb.script(script);
+        match (mark, notices) {
+            (Some(mark), Some((publish, channel))) => {
+                let mut cmd = Cmd::with_capacity(
+                    8,
+                    48 + script.len() + name.len() + mark.len() + value.len() + channel.len(),
+                );
+                cmd.arg(verb.word())
+                    .arg(script)
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(mark)
+                    .arg(value)
+                    .arg(publish)
+                    .arg(channel);
+                cmd
+            }
+            _ => script_cmd(script, verb, name, value, None),
         }
     }
 }
@@ -332,8 +359,9 @@ mod tests {
     }
 
     /// A release notice goes out with `SPUBLISH` on the sharded channel in the name's slot on a
-    /// cluster, both passed as arguments; a standalone server gets the request it got before (the
-    /// scripts default to `PUBLISH` on the name's channel of today).
+    /// cluster, both passed as arguments with the waiters' mark beside the name; a standalone
+    /// server gets the arguments of a plain release (the script makes the mark from the name and
+    /// defaults to `PUBLISH` on the name's channel of today).
     #[test]
     fn notices_go_out_as_the_member_takes_them() {
         let target = mutex("n");
@@ -349,8 +377,23 @@ mod tests {
         let cluster = target.command(notify, Delivery::Inline, Cluster, "v", 8);
         assert_eq!(
             words(&cluster)[2..],
-            ["1", "n", "v", "SPUBLISH", "redmutex:released:{n}"]
+            [
+                "2",
+                "n",
+                "{n}:waiters",
+                "v",
+                "SPUBLISH",
+                "redmutex:released:{n}"
+            ]
         );
+        assert!(
+            RELEASE_NOTIFY
+                .text()
+                .contains("KEYS[2] or name .. ':waiters'")
+        );
+        // A name without a slot prefix has no mark on a cluster: a plain release there.
+        let cluster = mutex("a}b").command(notify, Delivery::ByDigest, Cluster, "v", 8);
+        assert_eq!(words(&cluster)[1..], [RELEASE.digest(), "1", "a}b", "v"]);
         // The fair line's release and round publish grants the same way.
         let hand_off = Op::Release {
             notify: true,
