@@ -41,8 +41,9 @@ pub(crate) enum Op {
     /// Raise the fencing counter to a token where our value holds the lock.
     Raise(u64),
     /// A fair waiter's round: take the lock if it is our turn, else join the line with this
-    /// ticket, or renew our place in it.
-    Round { ticket: u64 },
+    /// ticket, or renew our place in it; grants to us go to `client`'s channel (see
+    /// `nodes::listener::grant_channel`).
+    Round { ticket: u64, client: u64 },
     /// A fair mutex's first try while its client saw no contention on the name: a plain `SET NX`,
     /// and whether anybody stands in line there (see `waiting::fair`).
     Enter,
@@ -795,7 +796,10 @@ mod tests {
         for publishes in [
             release(true, false),
             release(true, true),
-            request(Op::Round { ticket: 1 }),
+            request(Op::Round {
+                ticket: 1,
+                client: 7,
+            }),
         ] {
             assert_eq!(publishes.needs_on(Member::Cluster), &SHARDED_NOTICES);
             assert_ne!(publishes.needs_on(Member::Standalone), &SHARDED_NOTICES);

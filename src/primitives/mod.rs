@@ -233,7 +233,14 @@ mod tests {
         ] {
             assert_eq!(mutex.needs(op), &mutex::NEEDS, "{op:?}");
         }
-        for op in [Op::Round { ticket: 1 }, Op::Enter, release(true)] {
+        for op in [
+            Op::Round {
+                ticket: 1,
+                client: 7,
+            },
+            Op::Enter,
+            release(true),
+        ] {
             assert_eq!(mutex.needs(op), &fair::NEEDS, "{op:?}");
         }
         let multi = MultiTarget::new(["a", "b"].map(Arc::from));
@@ -311,7 +318,10 @@ mod tests {
             Op::AcquireFenced,
             Op::Extend,
             Op::Raise(7),
-            Op::Round { ticket: 3 },
+            Op::Round {
+                ticket: 3,
+                client: 7,
+            },
             Op::Enter,
             release(false, false),
             release(true, false),

@@ -17,6 +17,7 @@ use crate::engine::request::{Delivery, Op};
 use crate::engine::target::{self, Channels, Target, Verb, beside, waiters_key};
 use crate::error::Error;
 use crate::nodes::Member;
+use crate::nodes::listener::grant_channel;
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
@@ -106,12 +107,30 @@ impl MutexTarget {
             }
             Op::Extend => script_cmd(verb.script(&EXTEND), verb, name, value, Some(millis)),
             Op::Release { hand_off: true, .. } => {
-                let notices = self.notices(member);
-                line::release(verb, name, self.line_keys(), value, notices)
+                // A fair mutex's name has a slot prefix (`check_beside`), hence a mark.
+                let cluster = match (member, waiters_key(name, member), self.notices(member)) {
+                    (Member::Cluster, Some(mark), Some(notices)) => Some((mark, notices)),
+                    _ => None,
+                };
+                let cluster = cluster
+                    .as_ref()
+                    .map(|(mark, notices)| (self.line_keys(), mark.as_str(), *notices));
+                line::release(verb, name, value, cluster)
             }
-            Op::Round { ticket } => {
+            Op::Round { ticket, client } => {
                 let notices = self.notices(member);
-                line::round(verb, name, self.line_keys(), value, millis, ticket, notices)
+                let mark = waiters_key(name, member).unwrap_or_default();
+                let grants = grant_channel(name, client).unwrap_or_default();
+                let keys = self.line_keys();
+                line::round(
+                    verb,
+                    name,
+                    keys,
+                    &mark,
+                    (value, millis, ticket),
+                    &grants,
+                    notices,
+                )
             }
             Op::Release { notify: false, .. } => {
                 script_cmd(verb.script(&RELEASE), verb, name, value, None)
@@ -394,35 +413,54 @@ mod tests {
         // A name without a slot prefix has no mark on a cluster: a plain release there.
         let cluster = mutex("a}b").command(notify, Delivery::ByDigest, Cluster, "v", 8);
         assert_eq!(words(&cluster)[1..], [RELEASE.digest(), "1", "a}b", "v"]);
-        // The fair line's release and round publish grants the same way.
+        // The fair line's release and round publish grants the same way, to the head's client's
+        // channel where the line knows it. On a standalone server the release is the request of a
+        // plain release with notice (the script makes the line's keys from the name).
         let hand_off = Op::Release {
             notify: true,
             hand_off: true,
         };
         let release = target.command(hand_off, Delivery::ByDigest, Cluster, "v", 8);
+        let line = [
+            "n",
+            "{n}:line",
+            "{n}:line:until",
+            "{n}:ticket",
+            "{n}:waiters",
+            "{n}:line:to",
+        ];
+        assert_eq!(words(&release)[2], "6");
+        assert_eq!(words(&release)[3..9], line);
         assert_eq!(
-            words(&release)[2..],
+            words(&release)[9..],
+            ["v", "SPUBLISH", "redmutex:released:{n}"]
+        );
+        let release = target.command(hand_off, Delivery::ByDigest, Standalone, "v", 8);
+        assert_eq!(words(&release)[2..], ["1", "n", "v"]);
+        let round = |member| {
+            let op = Op::Round {
+                ticket: 3,
+                client: 0xc0ffee,
+            };
+            words(&target.command(op, Delivery::ByDigest, member, "v", 8))
+        };
+        let grants = "redmutex:granted:{n}:0000000000c0ffee";
+        assert_eq!(
+            round(Standalone)[3..9],
             [
-                "4",
                 "n",
                 "{n}:line",
                 "{n}:line:until",
                 "{n}:ticket",
-                "v",
-                "SPUBLISH",
-                "redmutex:released:{n}"
+                "n:waiters",
+                "{n}:line:to"
             ]
         );
-        let release = target.command(hand_off, Delivery::ByDigest, Standalone, "v", 8);
-        assert_eq!(words(&release)[7..], ["v"]);
-        let round = |member| {
-            let round = target.command(Op::Round { ticket: 3 }, Delivery::ByDigest, member, "v", 8);
-            words(&round)[7..].to_vec()
-        };
-        assert_eq!(round(Standalone), ["v", "8", "3"]);
+        assert_eq!(round(Standalone)[9..], ["v", "8", "3", grants]);
+        assert_eq!(round(Cluster)[3..9], line);
         assert_eq!(
-            round(Cluster),
-            ["v", "8", "3", "SPUBLISH", "redmutex:released:{n}"]
+            round(Cluster)[9..],
+            ["v", "8", "3", grants, "SPUBLISH", "redmutex:released:{n}"]
         );
     }
 

@@ -186,7 +186,10 @@ impl<'a> FairWait<'a> {
             Some(ticket) => ticket,
             None => self.heard(0).saturating_add(1).min(TICKET_LIMIT),
         };
-        Op::Round { ticket }
+        Op::Round {
+            ticket,
+            client: self.listeners.client(),
+        }
     }
 
     /// The highest ticket this client heard of for the name, counting `seen`.
