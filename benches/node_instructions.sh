@@ -10,14 +10,17 @@
 #
 # Usage: bash benches/node_instructions.sh [pairs]   (default 2000; about a minute)
 #        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only;
-#        fair-handoff, a join round and a release that hands over, and wake-sharded, the release
-#        notice as a cluster member's script sends it (SPUBLISH), run only when named; so do
+#        fair-handoff, a join round and a release that hands over, wake-marked, a release that
+#        finds a waiter's mark and notifies, and wake-sharded, the same as a cluster member's
+#        script sends it (SPUBLISH), run only when named; so do
 #        the primitives' cases of issue 29: write-plain, names-plain-N (the multi-name lock's
 #        plain entry over N free names), semaphore, semaphore-among-2 and the
 #        floors floor-semaphore, floor-read, floor-names-8, the commands that decide a case sent
 #        plain, without a script around them; fenced, a fenced mutex's acquire, raise and
 #        release; write-plain-tx and fair-entry-tx, those entries as a cluster member sends them,
-#        in MULTI/EXEC)
+#        in MULTI/EXEC; and the other primitives' default requests since issue 42, whose
+#        releases look for the waiters' mark: read-default, write-default,
+#        names-plain-default-N, semaphore-default)
 # Needs valgrind and redis-server (Debian's packages valgrind, redis-server).
 set -euo pipefail
 # Byte lengths in the protocol: ${#arg} counts bytes only in the C locale.
@@ -95,6 +98,8 @@ noop_sha=$(sha "$noop")
 
 # The keys beside the name `n` are in its slot: `{n}:line`, ... (see `engine::target::beside`).
 line=('{n}:line' '{n}:line:until' '{n}:ticket')
+# A client's channel for the fair line's grants (see `nodes::listener::grant_channel`).
+grants='redmutex:granted:{n}:0000000000c0ffee'
 
 # The commands of `count` pairs of case `case`, in RESP.
 commands() {
@@ -122,6 +127,7 @@ commands() {
         v="value$i"
         case $case in
         mutex)
+            # The plain release (with_wake_on_release(false); the default before issue 42).
             resp SET n "$v" NX PX 8000
             resp EVALSHA "$release_sha" 1 n "$v"
             ;;
@@ -133,35 +139,47 @@ commands() {
             resp EVALSHA "$fenced_raise_sha" 2 n '{n}:fence' "$v" $((1750000000000000 + i))
             resp EVALSHA "$release_sha" 1 n "$v"
             ;;
-        wake)
-            # Wake-up on release: the release publishes a notice (PUBLISH on the name's channel,
-            # the script's defaults, as a standalone server gets it).
+        default)
+            # The default while nobody waits: the release with notice finds no waiter's mark
+            # (`n:waiters`, made in the script from the name), deletes key and mark in one DEL,
+            # and publishes nothing.
+            resp SET n "$v" NX PX 8000
+            resp EVALSHA "$release_notify_sha" 1 n "$v"
+            ;;
+        wake-marked)
+            # Somebody waits: its mark (PSETEX, as a waiter's attempt sends it), then the
+            # release, which finds it and publishes (PUBLISH on the name's channel, the script's
+            # defaults, as a standalone server gets it).
+            resp PSETEX n:waiters 1000 1
             resp SET n "$v" NX PX 8000
             resp EVALSHA "$release_notify_sha" 1 n "$v"
             ;;
         wake-sharded)
-            # The same, as a cluster member's script publishes: the command and the channel as
-            # arguments, SPUBLISH on the name's slot channel (a standalone server takes sharded
-            # pub/sub too, from 7.0).
+            # The same, as a cluster member's script publishes: the mark beside the name as a
+            # key, the command and the channel as arguments, SPUBLISH on the name's slot channel
+            # (a standalone server takes sharded pub/sub too, from 7.0).
+            resp PSETEX '{n}:waiters' 1000 1
             resp SET n "$v" NX PX 8000
-            resp EVALSHA "$release_notify_sha" 1 n "$v" SPUBLISH 'redmutex:released:{n}'
+            resp EVALSHA "$release_notify_sha" 2 n '{n}:waiters' "$v" SPUBLISH 'redmutex:released:{n}'
             ;;
         fair-entry)
-            # A fair mutex while nobody waits: the plain entry, then the fair release.
+            # A fair mutex while nobody waits: the plain entry, then the fair release, which
+            # finds no waiters' mark (a standalone server's request: the name and the value).
             resp SET n "$v" NX PX 8000
             resp EXISTS '{n}:line'
-            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
+            resp EVALSHA "$fair_release_sha" 1 n "$v"
             ;;
         fair-round)
             # A fair round on a free name (its fast path), then the fair release.
-            resp EVALSHA "$fair_round_sha" 4 n "${line[@]}" "$v" 8000 1
-            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
+            resp EVALSHA "$fair_round_sha" 6 n "${line[@]}" n:waiters '{n}:line:to' "$v" 8000 1 "$grants"
+            resp EVALSHA "$fair_release_sha" 1 n "$v"
             ;;
         fair-handoff)
-            # Contended: the next waiter joins the line (a full round), then the holder's
-            # release hands the key to it, which holds in the next pair.
-            resp EVALSHA "$fair_round_sha" 4 n "${line[@]}" "value$((i + 1))" 8000 $((i + 1))
-            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
+            # Contended: the next waiter joins the line (a full round, which marks the name),
+            # then the holder's release finds the mark and hands the key to it, which holds in
+            # the next pair; the grant goes to the waiter's client's channel.
+            resp EVALSHA "$fair_round_sha" 6 n "${line[@]}" n:waiters '{n}:line:to' "value$((i + 1))" 8000 $((i + 1)) "$grants"
+            resp EVALSHA "$fair_release_sha" 1 n "$v"
             ;;
         empty-scripts)
             # The fixed cost of running a script: two that do nothing, with a mutex's arguments.
@@ -188,9 +206,30 @@ commands() {
             resp EVALSHA "$read_acquire_sha" 3 n '{n}:readers' '{n}:writer-waiting' "$v" 8000
             resp EVALSHA "$read_release_sha" 2 n '{n}:readers' "$v"
             ;;
+        read-default)
+            # The default reader while nobody waits: the last reader's release also looks for
+            # a waiter's mark (one more DEL), and finds none.
+            resp EVALSHA "$read_acquire_sha" 3 n '{n}:readers' '{n}:writer-waiting' "$v" 8000
+            resp EVALSHA "$read_release_sha" 3 n '{n}:readers' n:waiters "$v" PUBLISH
+            ;;
         write)
             resp EVALSHA "$write_acquire_sha" 3 n '{n}:readers' '{n}:writer-waiting' "$v" 8000 1450
             resp EVALSHA "$release_sha" 1 n "$v"
+            ;;
+        write-default)
+            # The default writer while nobody waits: the mutex's release with notice.
+            resp EVALSHA "$write_acquire_sha" 3 n '{n}:readers' '{n}:writer-waiting' "$v" 8000 1450
+            resp EVALSHA "$release_notify_sha" 1 n "$v"
+            ;;
+        names-plain-default-*)
+            # The multi-name lock's plain entry and its default release while nobody waits: the
+            # names' marks in the release's DEL, none there.
+            local n=${case#names-plain-default-} keys=() marks=() k
+            for ((k = 0; k < n; k++)); do keys+=("n:$k"); marks+=("n:$k:waiters"); done
+            [ "$n" -gt 1 ] && resp MULTI
+            for k in "${keys[@]}"; do resp SET "$k" "$v" NX PX 8000; done
+            [ "$n" -gt 1 ] && resp EXEC
+            resp EVALSHA "$names_release_sha" $((2 * n)) "${keys[@]}" "${marks[@]}" "$v" PUBLISH
             ;;
         write-plain)
             # The writer's plain entry where no reader holds (SET NX with the old value, and
@@ -215,12 +254,18 @@ commands() {
             resp SET n "$v" NX PX 8000
             resp EXISTS '{n}:line'
             resp EXEC
-            resp EVALSHA "$fair_release_sha" 4 n "${line[@]}" "$v"
+            resp EVALSHA "$fair_release_sha" 1 n "$v"
             ;;
         semaphore | semaphore-among-2)
             # A permit of 3 taken and given back, alone or beside 2 other holders.
             resp EVALSHA "$sem_acquire_sha" 1 s "$v" 8000 3
             resp EVALSHA "$sem_release_sha" 1 s "$v"
+            ;;
+        semaphore-default)
+            # The default while nobody waits: giving back also looks for a waiter's mark (one
+            # more DEL in the script), and finds none.
+            resp EVALSHA "$sem_acquire_sha" 1 s "$v" 8000 3
+            resp EVALSHA "$sem_release_sha" 2 s s:waiters "$v" PUBLISH
             ;;
         floor-semaphore)
             # Floors: the commands that decide each case, sent plain, without a script around
@@ -280,7 +325,7 @@ instructions() {
 
 printf '%-14s %14s %10s\n' "case" "instr/pair" "x mutex"
 base=
-for case in ${NODE_CASES:-mutex empty-scripts wake fair-entry fair-round names-1 names-2 names-8 names-32 read read-among-7 write}; do
+for case in ${NODE_CASES:-mutex empty-scripts default fair-entry fair-round names-1 names-2 names-8 names-32 read read-among-7 write}; do
     once=$(instructions "$case" "$pairs")
     twice=$(instructions "$case" $((2 * pairs)))
     per=$(((twice - once) / pairs))

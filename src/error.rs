@@ -83,6 +83,41 @@ pub enum Error {
         cause: Box<Error>,
     },
 
+    /// [`with_max_wait`](crate::Mutex::with_max_wait): the maximum wait ran out before the lock
+    /// was acquired, however many tries were left. `last` says why the last attempt failed, and
+    /// so who held the name then: [`Error::Taken`] with the nodes that held another owner's
+    /// value, or [`Error::NoQuorum`] with what each node said.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// use redmutex::{Error, Redlock};
+    /// use std::time::Duration;
+    ///
+    /// let redlock = Redlock::connect(cluster.urls()).await?;
+    /// let _held = redlock.new_mutex("report").lock().await?;
+    /// let waiter = redlock.new_mutex("report").with_max_wait(Duration::from_millis(300));
+    /// match waiter.lock().await {
+    ///     Err(Error::WaitedOut { waited, last }) => {
+    ///         assert!(waited >= Duration::from_millis(300));
+    ///         assert!(matches!(*last, Error::Taken { .. }));
+    ///     }
+    ///     other => panic!("expected the wait to run out, got {other:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[error("not acquired within the maximum wait (waited {waited:?}): {last}")]
+    WaitedOut {
+        /// How long `lock()` waited, from its call to the end of its last attempt.
+        waited: Duration,
+        /// The last attempt's error.
+        last: Box<Error>,
+    },
+
     /// The configuration is invalid; nothing was sent to any node.
     #[error("invalid configuration: {field}: {rule}")]
     Config {

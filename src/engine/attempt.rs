@@ -41,12 +41,14 @@ pub(crate) fn millis_left(until: Instant) -> u64 {
     whole_millis(until.saturating_duration_since(Instant::now()))
 }
 
-/// One attempt sending `op`, begun at `start` (validity counts from it). On failure, the error and
-/// the release of whatever the attempt set, unless `keeps` (shown the replies) says it stays.
+/// One attempt sending `op`, begun at `start` (validity counts from it), after the waiters' marks
+/// of the names where `marks` says how long they live (see `Request::with_marks`). On failure, the
+/// error and the release of whatever the attempt set, unless `keeps` (shown the replies) says it
+/// stays.
 pub(crate) async fn attempt_once(
     resource: &Resource,
     plan: &Plan,
-    op: Op,
+    (op, marks): (Op, Option<Duration>),
     value: &Arc<str>,
     start: Instant,
     keeps: impl FnOnce(&Tally) -> bool,
@@ -55,7 +57,8 @@ pub(crate) async fn attempt_once(
     let round = matches!(op, Op::Round { .. });
     let request = Request::new(op, resource.target(), value, plan.millis)
         .with_replica_acks(plan.replica_acks)
-        .with_release(plan.release_op());
+        .with_release(plan.release_op())
+        .with_marks(marks);
     // A fair round needs every node's answer: where it stands in line is part of the outcome.
     let (mut tally, in_flight) = if plan.fail_fast && !round {
         fanout::until_decided(nodes, request, plan.node_timeout, plan.shuffle_nodes).await

@@ -10,7 +10,7 @@ use redis::{Cmd, Pipeline, Value};
 use crate::engine::quorum::whole_millis;
 use crate::engine::settings::ReplicaAcks;
 use crate::engine::tally::Tally;
-use crate::engine::target::{Settled, Target};
+use crate::engine::target::{Settled, Target, mark_commands};
 use crate::error::NodeErrorKind;
 use crate::nodes::Member;
 use crate::nodes::connection::{NodeConnection, Packed};
@@ -45,8 +45,9 @@ pub(crate) enum Op {
     /// Raise the fencing counter to a token where our value holds the lock.
     Raise(u64),
     /// A fair waiter's round: take the lock if it is our turn, else join the line with this
-    /// ticket, or renew our place in it.
-    Round { ticket: u64 },
+    /// ticket, or renew our place in it; grants to us go to `client`'s channel (see
+    /// `nodes::listener::grant_channel`).
+    Round { ticket: u64, client: u64 },
     /// A fair mutex's first try while its client saw no contention on the name: a plain `SET NX`,
     /// and whether anybody stands in line there (see `waiting::fair`).
     Enter,
@@ -68,12 +69,25 @@ enum Message {
     One(Cmd),
     /// Commands sent in one write, answered in order (see `Target::entry`).
     Pipeline(Pipeline),
-    /// A lock write (one command, or with `entry` the target's pipeline) followed by `WAIT` in the
-    /// same write: the replicas' acknowledgement of it (see [`Request::with_replica_acks`]).
-    Acked {
+    /// The request's own command (`one`) or pipeline in one write with what travels beside it
+    /// (see [`Wrapping`]).
+    Wrapped {
         pipeline: Pipeline,
-        entry: bool,
+        wrapping: Wrapping,
     },
+}
+
+/// What travels in one write beside a request's own command or pipeline: first the waiters'
+/// marks of the target's names (`marks` commands, see [`Request::with_marks`]), last, with
+/// `acked`, `WAIT` for the replicas' acknowledgement of the write (see
+/// [`Request::with_replica_acks`]). The marks go before the write so that a release can only run
+/// after them; `WAIT` goes after it, so that it counts the write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wrapping {
+    marks: usize,
+    /// The request's own message is one command (else an entry's pipeline).
+    one: bool,
+    acked: bool,
 }
 
 /// One command (or pipeline), built once and sent to every node: in two variants, since a
@@ -96,6 +110,8 @@ pub(crate) struct Request {
     replica_acks: Option<ReplicaAcks>,
     /// The release this request's attempt sends where it fails (see `Settled::Release`).
     release: Op,
+    /// How long the waiters' marks sent before the request live, in milliseconds; 0 sends none.
+    marks: u64,
 }
 
 impl Request {
@@ -110,7 +126,16 @@ impl Request {
         millis: u64,
         delivery: Delivery,
     ) -> Self {
-        let message = Request::build(op, target, value, millis, delivery, Member::Standalone);
+        let message = Request::build(
+            op,
+            target,
+            value,
+            millis,
+            delivery,
+            Member::Standalone,
+            0,
+            None,
+        );
         Request {
             op,
             needs: target.needs(op),
@@ -125,7 +150,22 @@ impl Request {
                 notify: false,
                 hand_off: false,
             },
+            marks: 0,
         }
+    }
+
+    /// The same request, preceded in the same write by the commands that mark the target's
+    /// names as waited for, for `ttl` (see `target::mark_commands`): sent by a waiter's
+    /// attempts, so that a release that comes after the attempt found the name taken sees the
+    /// mark and notifies (see `waiting::notices`). The marks go first on the node's connection,
+    /// so the holder's release can only run after them. Their replies are not read: a mark that
+    /// failed costs its waiter a notice, never its attempt. `None` leaves the request as it is.
+    pub(crate) fn with_marks(mut self, ttl: Option<Duration>) -> Self {
+        if let Some(ttl) = ttl {
+            self.marks = whole_millis(ttl).max(1);
+            self.rebuild();
+        }
+        self
     }
 
     /// The same request, whose partial writes a plain entry leaves on a node are released with
@@ -151,9 +191,8 @@ impl Request {
     /// pipeline also saves `WAIT` its own round trip.
     pub(crate) fn with_replica_acks(mut self, acks: Option<ReplicaAcks>) -> Self {
         self.replica_acks = acks;
-        if let Some(acks) = self.acks_for_ours() {
-            let message = std::mem::replace(&mut self.message, Message::One(Cmd::new()));
-            self.message = acked(message, acks);
+        if self.acks_for_ours().is_some() {
+            self.rebuild();
         }
         self
     }
@@ -171,6 +210,7 @@ impl Request {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn build(
         op: Op,
         target: &Arc<dyn Target>,
@@ -178,11 +218,58 @@ impl Request {
         millis: u64,
         delivery: Delivery,
         member: Member,
+        marks: u64,
+        acks: Option<ReplicaAcks>,
     ) -> Message {
-        match target.entry(op, member, value, millis) {
+        let message = match target.entry(op, member, value, millis) {
             Some(pipeline) => Message::Pipeline(pipeline),
             None => Message::One(target.command(op, delivery, member, value, millis)),
+        };
+        let marking = match marks {
+            0 => Vec::new(),
+            millis => mark_commands(target.names(), member, millis),
+        };
+        if marking.is_empty() && acks.is_none() {
+            return message;
         }
+        let wrapping = Wrapping {
+            marks: marking.len(),
+            one: matches!(message, Message::One(_)),
+            acked: acks.is_some(),
+        };
+        let mut pipeline = Pipeline::with_capacity(wrapping.marks + 5);
+        for mark in marking {
+            pipeline.add_command(mark);
+        }
+        match message {
+            Message::One(cmd) => {
+                pipeline.add_command(cmd);
+            }
+            Message::Pipeline(entry) => {
+                for cmd in entry.cmd_iter() {
+                    pipeline.add_command(cmd.clone());
+                }
+            }
+            wrapped @ Message::Wrapped { .. } => return wrapped,
+        }
+        if let Some(acks) = acks {
+            pipeline.add_command(wait_cmd(acks));
+        }
+        Message::Wrapped { pipeline, wrapping }
+    }
+
+    /// Builds what a standalone server receives again, after a setting that changes it.
+    fn rebuild(&mut self) {
+        self.message = Request::build(
+            self.op,
+            &self.target,
+            &self.value,
+            self.millis,
+            self.delivery,
+            Member::Standalone,
+            self.marks,
+            self.acks_for_ours(),
+        );
     }
 
     /// What a member of kind `member` must run for this request: on a cluster, a request that
@@ -213,18 +300,16 @@ impl Request {
                 .cluster
                 .get_or_init(|| {
                     self.cluster_refusal()?;
-                    let message = Request::build(
+                    Ok(Request::build(
                         self.op,
                         &self.target,
                         &self.value,
                         self.millis,
                         self.delivery,
                         Member::Cluster,
-                    );
-                    Ok(match self.acks_for_ours() {
-                        Some(acks) => acked(message, acks),
-                        None => message,
-                    })
+                        self.marks,
+                        self.acks_for_ours(),
+                    ))
                 })
                 .as_ref(),
         }
@@ -422,13 +507,15 @@ pub(crate) async fn call(
         None => connection.learn_member().await?,
     };
     let message = request.message(member).map_err(NodeErrorKind::clone)?;
-    let (packed, entry, acked) = match message {
-        Message::One(cmd) => (Packed::One(cmd), false, false),
-        Message::Pipeline(pipeline) => (Packed::Pipeline(pipeline), true, false),
-        Message::Acked { pipeline, entry } => (Packed::Pipeline(pipeline), *entry, true),
+    let (packed, entry, wrapping) = match message {
+        Message::One(cmd) => (Packed::One(cmd), false, None),
+        Message::Pipeline(pipeline) => (Packed::Pipeline(pipeline), true, None),
+        Message::Wrapped { pipeline, wrapping } => {
+            (Packed::Pipeline(pipeline), !wrapping.one, Some(*wrapping))
+        }
     };
     let needs = request.needs_on(member);
-    let replied = Replied::read(connection.send_for(needs, packed).await?, acked, entry);
+    let replied = Replied::read(connection.send_for(needs, packed).await?, wrapping)?;
     let replied = match replied.reply {
         // EVAL also caches the script, so later EVALSHA calls to this node find it.
         Value::ServerError(error) if error.code() == "NOSCRIPT" => {
@@ -466,25 +553,37 @@ struct Replied {
 }
 
 impl Replied {
-    /// Reads the reply to a message: with `acked`, the array of the write's replies (one command's,
-    /// or with `entry` the entry's several) followed by `WAIT`'s.
-    fn read(reply: Value, acked: bool, entry: bool) -> Replied {
-        let Value::Array(mut replies) = reply else {
-            return Replied { reply, wait: None };
+    /// Reads the reply to a message: with `wrapping`, the array of the marks' replies (dropped,
+    /// whatever they say: a mark that failed costs its waiter a notice, never its attempt), the
+    /// write's (one command's, or an entry's several) and, where acked, `WAIT`'s.
+    fn read(reply: Value, wrapping: Option<Wrapping>) -> Result<Replied, NodeErrorKind> {
+        let Some(Wrapping { marks, one, acked }) = wrapping else {
+            return Ok(Replied { reply, wait: None });
         };
-        if !acked {
-            return Replied {
-                reply: Value::Array(replies),
-                wait: None,
-            };
-        }
-        let wait = replies.pop();
+        let mut replies = match reply {
+            Value::Array(replies) if replies.len() > marks + usize::from(acked) => replies,
+            // A pipeline refused as a whole: the refusal is the reply, with no WAIT to read.
+            refused @ Value::ServerError(_) => {
+                return Ok(Replied {
+                    reply: refused,
+                    wait: None,
+                });
+            }
+            other => return Err(NodeErrorKind::UnexpectedReply(describe(&other))),
+        };
+        let wait = if acked { replies.pop() } else { None };
+        replies.drain(..marks);
         let reply = match <[Value; 1]>::try_from(replies) {
-            Ok([one]) if !entry => one,
-            Ok(one) => Value::Array(one.into()),
+            Ok([reply]) if one => reply,
+            Ok(reply) => Value::Array(reply.into()),
+            Err(replies) if one => {
+                return Err(NodeErrorKind::UnexpectedReply(describe(&Value::Array(
+                    replies,
+                ))));
+            }
             Err(replies) => Value::Array(replies),
         };
-        Replied { reply, wait }
+        Ok(Replied { reply, wait })
     }
 }
 
@@ -493,21 +592,6 @@ fn wait_cmd(acks: ReplicaAcks) -> Cmd {
     let mut wait = redis::cmd("WAIT");
     wait.arg(acks.replicas).arg(whole_millis(acks.timeout));
     wait
-}
-
-/// `message` followed by `WAIT` in one pipeline (see [`Request::with_replica_acks`]).
-fn acked(message: Message, acks: ReplicaAcks) -> Message {
-    let (mut pipeline, entry) = match message {
-        Message::One(cmd) => {
-            let mut pipeline = Pipeline::with_capacity(2);
-            pipeline.add_command(cmd);
-            (pipeline, false)
-        }
-        Message::Pipeline(pipeline) => (pipeline, true),
-        acked @ Message::Acked { .. } => return acked,
-    };
-    pipeline.add_command(wait_cmd(acks));
-    Message::Acked { pipeline, entry }
 }
 
 /// Sends `cmd`, followed by its `WAIT` in one pipeline where `acks` asks for one.
@@ -528,7 +612,14 @@ async fn send_acked(
     let reply = connection
         .send_for(needs, Packed::Pipeline(&pipeline))
         .await?;
-    Ok(Replied::read(reply, true, false))
+    Replied::read(
+        reply,
+        Some(Wrapping {
+            marks: 0,
+            one: true,
+            acked: true,
+        }),
+    )
 }
 
 /// What a plain entry left to do on a node (see `Target::settle`), on the connection the entry
@@ -683,7 +774,7 @@ mod tests {
             let request =
                 Request::new(op, &target, &Arc::from("v"), 8000).with_replica_acks(Some(acks));
             for member in [Member::Standalone, Member::Cluster] {
-                let Ok(Message::Acked { pipeline, entry }) = request.message(member) else {
+                let Ok(Message::Wrapped { pipeline, wrapping }) = request.message(member) else {
                     panic!("{op:?} on {member:?}: no WAIT in the write's pipeline");
                 };
                 let sent: Vec<Vec<String>> = pipeline.cmd_iter().map(words).collect();
@@ -692,7 +783,7 @@ mod tests {
                     Some(&["WAIT".to_owned(), "1".to_owned(), "150".to_owned()][..]),
                     "{op:?}"
                 );
-                assert_eq!(*entry, op == Op::Enter, "{op:?}");
+                assert_eq!(!wrapping.one, op == Op::Enter, "{op:?}");
                 // An entry's SET and EXISTS (in MULTI/EXEC on a cluster), one command else.
                 let write = match (op, member) {
                     (Op::Enter, Member::Standalone) => 2,
@@ -707,19 +798,93 @@ mod tests {
         for member in [Member::Standalone, Member::Cluster] {
             assert!(matches!(quiet.message(member), Ok(Message::One(_))));
         }
-        let one = Replied::read(Value::Array(vec![Value::Okay, Value::Int(1)]), true, false);
+        let acked = |one| {
+            Some(Wrapping {
+                marks: 0,
+                one,
+                acked: true,
+            })
+        };
+        let one = Replied::read(Value::Array(vec![Value::Okay, Value::Int(1)]), acked(true));
+        let one = one.unwrap();
         assert_eq!((one.reply, one.wait), (Value::Okay, Some(Value::Int(1))));
         let entry = Replied::read(
             Value::Array(vec![Value::Okay, Value::Int(0), Value::Int(1)]),
-            true,
-            true,
-        );
+            acked(false),
+        )
+        .unwrap();
         assert_eq!(entry.reply, Value::Array(vec![Value::Okay, Value::Int(0)]));
         assert_eq!(entry.wait, Some(Value::Int(1)));
         // An error for the whole pipeline stays the reply, with no WAIT to read.
         let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
-        let whole = Replied::read(refused.clone(), true, false);
+        let whole = Replied::read(refused.clone(), acked(true)).unwrap();
         assert_eq!((whole.reply, whole.wait), (refused, None));
+    }
+
+    /// A waiter's attempt sends the marks first, then its command, in one write; the marks'
+    /// replies are dropped, whatever they say, and the command's reply is read as without them.
+    #[test]
+    fn marks_go_first_and_their_replies_are_dropped() {
+        let marked = request(Op::Acquire).with_marks(Some(Duration::from_millis(1500)));
+        let Ok(Message::Wrapped { pipeline, wrapping }) = marked.message(Member::Standalone) else {
+            panic!("a marked request is a pipeline");
+        };
+        let sent: Vec<Vec<String>> = pipeline.cmd_iter().map(crate::primitives::words).collect();
+        assert_eq!(
+            sent,
+            [
+                vec!["PSETEX", "name:waiters", "1500", "1"],
+                vec!["SET", "name", "value", "NX", "PX", "8000"]
+            ]
+        );
+        let expected = Wrapping {
+            marks: 1,
+            one: true,
+            acked: false,
+        };
+        assert_eq!(*wrapping, expected);
+        let refused = redis::parse_redis_value(b"-NOPERM no PSETEX\r\n").unwrap();
+        let reply = Value::Array(vec![refused, Value::Nil]);
+        assert_eq!(
+            Replied::read(reply, Some(expected)).unwrap().reply,
+            Value::Nil
+        );
+        let entry = Value::Array(vec![Value::Okay, Value::Okay, Value::Int(0)]);
+        let entry_wrapping = Wrapping {
+            one: false,
+            ..expected
+        };
+        assert_eq!(
+            Replied::read(entry, Some(entry_wrapping)).unwrap().reply,
+            Value::Array(vec![Value::Okay, Value::Int(0)])
+        );
+        assert!(Replied::read(Value::Okay, Some(expected)).is_err());
+        // Marks and WAIT around one write: the marks' replies first, WAIT's last.
+        let acks = ReplicaAcks {
+            replicas: 1,
+            timeout: Duration::from_millis(150),
+        };
+        let both = request(Op::Acquire)
+            .with_marks(Some(Duration::from_millis(1500)))
+            .with_replica_acks(Some(acks));
+        let Ok(Message::Wrapped { pipeline, wrapping }) = both.message(Member::Standalone) else {
+            panic!("a marked and acked request is a pipeline");
+        };
+        let sent: Vec<Vec<String>> = pipeline.cmd_iter().map(crate::primitives::words).collect();
+        assert_eq!(sent.len(), 3);
+        assert_eq!(
+            (sent[0][0].as_str(), sent[2][0].as_str()),
+            ("PSETEX", "WAIT")
+        );
+        let reply = Value::Array(vec![Value::Okay, Value::Okay, Value::Int(1)]);
+        let read = Replied::read(reply, Some(*wrapping)).unwrap();
+        assert_eq!((read.reply, read.wait), (Value::Okay, Some(Value::Int(1))));
+        // Unmarked requests are left as they are.
+        let plain = request(Op::Acquire).with_marks(None);
+        assert!(matches!(
+            plain.message(Member::Standalone),
+            Ok(Message::One(_))
+        ));
     }
 
     #[test]
@@ -869,7 +1034,10 @@ mod tests {
         for publishes in [
             release(true, false),
             release(true, true),
-            request(Op::Round { ticket: 1 }),
+            request(Op::Round {
+                ticket: 1,
+                client: 7,
+            }),
         ] {
             assert_eq!(publishes.needs_on(Member::Cluster), &SHARDED_NOTICES);
             assert_ne!(publishes.needs_on(Member::Standalone), &SHARDED_NOTICES);

@@ -210,8 +210,8 @@ mod tests {
         assert_eq!(b.plan().map(|p| p.millis).ok(), Some(8000));
         assert_eq!(a.plan().map(|p| p.millis).ok(), Some(30_000));
         // A clone shares the copy, and a setter on the clone leaves the original alone.
-        let c = a.clone().with_settings(|s| s.tries = 3);
-        assert_eq!((a.settings().tries, c.settings().tries), (32, 3));
+        let c = a.clone().with_settings(|s| s.tries = Some(3));
+        assert_eq!((a.settings().tries, c.settings().tries), (None, Some(3)));
         assert_eq!(c.settings().expiry, Duration::from_secs(30));
         assert_eq!(resource("d").settings().expiry, Duration::from_secs(8));
     }
@@ -221,23 +221,25 @@ mod tests {
         let set = |name| {
             resource(name)
                 .with_settings(|s| s.expiry = Duration::from_secs(600))
-                .with_settings(|s| s.tries = 5)
+                .with_settings(|s| s.tries = Some(5))
         };
         let (a, b) = (set("a"), set("b"));
         assert!(
             Arc::ptr_eq(&a.config, &b.config),
             "the same setters on two handles end in one copy"
         );
-        let c = b.clone().with_settings(|s| s.tries = 6);
+        let c = b.clone().with_settings(|s| s.tries = Some(6));
         assert!(!Arc::ptr_eq(&b.config, &c.config));
         assert_eq!(
             (a.settings().tries, b.settings().tries),
-            (5, 5),
+            (Some(5), Some(5)),
             "no change shows in another"
         );
-        assert_eq!(c.settings().tries, 6);
+        assert_eq!(c.settings().tries, Some(6));
         // Setting a default value back shares the defaults.
-        let d = resource("d").with_settings(|s| s.tries = 32);
+        let d = resource("d")
+            .with_settings(|s| s.wake_on_release = false)
+            .with_settings(|s| s.wake_on_release = true);
         assert!(Arc::ptr_eq(&d.config, &resource("e").config));
         // A caller's function is never shared, nor kept by the thread.
         let f = |name| resource(name).with_settings(|s| s.value_fn = Some(Arc::new(|| "v".into())));
@@ -256,13 +258,13 @@ mod tests {
         // An empty name is refused even on shared defaults, and before a bad setting.
         let empty = resource("");
         assert_eq!(field(&empty), "name");
-        assert_eq!(field(&empty.with_settings(|s| s.tries = 0)), "name");
+        assert_eq!(field(&empty.with_settings(|s| s.tries = Some(0))), "name");
         // The test target has no fair line: a setter checks the target again.
         let fair = resource("n").with_settings(|s| s.fair = true);
         assert_eq!(field(&fair), "fair");
         assert_eq!(field(&fair.with_settings(|s| s.fair = false)), "ok");
         assert_eq!(
-            field(&resource("n").with_settings(|s| s.tries = 0)),
+            field(&resource("n").with_settings(|s| s.tries = Some(0))),
             "tries"
         );
     }

@@ -29,7 +29,10 @@ pub(crate) type ValueFn = Arc<dyn Fn() -> String + Send + Sync>;
 #[derive(Clone)]
 pub(crate) struct Settings {
     pub expiry: Duration,
-    pub tries: u32,
+    /// As set; `None` for the default, which depends on `max_wait` (see `Settings::tries`).
+    pub tries: Option<u32>,
+    /// How long `lock()` may wait in all; `None` leaves it to the tries.
+    pub max_wait: Option<Duration>,
     pub retry_delay: RetryDelay,
     pub drift_factor: f64,
     pub timeout_factor: f64,
@@ -49,14 +52,15 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             expiry: DEFAULT_EXPIRY,
-            tries: DEFAULT_TRIES,
+            tries: None,
+            max_wait: None,
             retry_delay: RetryDelay::default(),
             drift_factor: DEFAULT_DRIFT_FACTOR,
             timeout_factor: DEFAULT_TIMEOUT_FACTOR,
             fail_fast: false,
             shuffle_nodes: false,
             fencing: false,
-            wake_on_release: false,
+            wake_on_release: true,
             fair: false,
             replica_acks: 0,
             value_fn: None,
@@ -70,6 +74,7 @@ impl fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("expiry", &self.expiry)
             .field("tries", &self.tries)
+            .field("max_wait", &self.max_wait)
             .field("retry_delay", &self.retry_delay)
             .field("drift_factor", &self.drift_factor)
             .field("timeout_factor", &self.timeout_factor)
@@ -94,13 +99,17 @@ pub(crate) struct Plan {
     pub millis: u64,
     /// The bound on each node call.
     pub node_timeout: Duration,
+    /// Attempts at most: as set, else 32, or without end when only `max_wait` bounds the wait.
     pub tries: u32,
+    /// How long `lock()` may wait in all, from its call to the start of its last attempt.
+    pub max_wait: Option<Duration>,
     pub retry_delay: RetryDelay,
     pub drift_factor: f64,
     pub fail_fast: bool,
     pub shuffle_nodes: bool,
     pub fencing: bool,
-    /// Waiting by release notices; implied by `fair`.
+    /// Waiting by release notices, and releases that notify where waiters marked the name;
+    /// implied by `fair`.
     pub wake_on_release: bool,
     /// Waiting in the fair line across clients (see `waiting::fair`).
     pub fair: bool,
@@ -183,7 +192,7 @@ impl Settings {
         if self.fencing {
             target.check_fencing()?;
         }
-        if self.fencing || self.fair || self.wake_on_release {
+        if self.fencing || self.fair {
             target.check_beside()?;
         }
         if self.fair && !target.has_line() {
@@ -203,7 +212,7 @@ impl Settings {
                 format!("must be between 1ms and 365 days, got {:?}", self.expiry),
             ));
         }
-        if self.tries == 0 {
+        if self.tries == Some(0) {
             return Err(Error::config("tries", "must be at least 1"));
         }
         // Written so that NaN fails too.
@@ -233,7 +242,8 @@ impl Settings {
             expiry,
             millis,
             node_timeout,
-            tries: self.tries,
+            tries: self.tries(),
+            max_wait: self.max_wait,
             retry_delay: self.retry_delay.clone(),
             drift_factor: self.drift_factor,
             fail_fast: self.fail_fast,
@@ -254,6 +264,7 @@ impl Settings {
         let Settings {
             expiry,
             tries,
+            max_wait,
             retry_delay,
             drift_factor,
             timeout_factor,
@@ -278,6 +289,7 @@ impl Settings {
             && delay == plain_delay(&other.retry_delay)
             && *expiry == other.expiry
             && *tries == other.tries
+            && *max_wait == other.max_wait
             && drift_factor.to_bits() == other.drift_factor.to_bits()
             && timeout_factor.to_bits() == other.timeout_factor.to_bits()
             && *fail_fast == other.fail_fast
@@ -287,6 +299,16 @@ impl Settings {
             && *fair == other.fair
             && *replica_acks == other.replica_acks
             && *metrics_label == other.metrics_label
+    }
+
+    /// How many attempts `lock()` makes at most: as set; by default 32, or no bound (`u32::MAX`)
+    /// when only a maximum wait was set, which then ends the wait by itself.
+    pub(crate) fn tries(&self) -> u32 {
+        match (self.tries, self.max_wait) {
+            (Some(tries), _) => tries,
+            (None, Some(_)) => u32::MAX,
+            (None, None) => DEFAULT_TRIES,
+        }
     }
 
     /// A value for a new acquisition.
@@ -317,9 +339,10 @@ mod tests {
     #[test]
     fn settings_differing_in_any_one_field_are_not_the_same() {
         type Change = (&'static str, fn(&mut Settings));
-        let changes: [Change; 13] = [
+        let changes: [Change; 14] = [
             ("expiry", |s| s.expiry += Duration::from_millis(1)),
-            ("tries", |s| s.tries += 1),
+            ("tries", |s| s.tries = Some(DEFAULT_TRIES)),
+            ("max_wait", |s| s.max_wait = Some(Duration::from_secs(1))),
             ("retry_delay", |s| {
                 s.retry_delay = RetryDelay::Fixed(Duration::from_millis(7))
             }),
@@ -365,6 +388,32 @@ mod tests {
         assert_eq!(plan.drift_factor, 0.01);
         assert!(!plan.fail_fast && !plan.shuffle_nodes);
         assert_eq!(plan.replica_acks, None);
+        assert!(
+            plan.wake_on_release,
+            "waiters are woken by releases unless opted out"
+        );
+        assert_eq!(plan.max_wait, None);
+    }
+
+    /// A maximum wait alone bounds the wait by itself; tries that were set bound it as well,
+    /// whichever ends it first.
+    #[test]
+    fn a_maximum_wait_lifts_the_default_tries_only() {
+        let plan = |tries, max_wait| {
+            Settings {
+                tries,
+                max_wait,
+                ..Settings::default()
+            }
+            .plan(&target("n"))
+            .expect("valid")
+        };
+        let second = Some(Duration::from_secs(1));
+        assert_eq!(plan(None, None).tries, DEFAULT_TRIES);
+        assert_eq!(plan(None, second).tries, u32::MAX);
+        assert_eq!(plan(Some(5), second).tries, 5);
+        assert_eq!(plan(Some(5), None).tries, 5);
+        assert_eq!(plan(None, second).max_wait, second);
     }
 
     #[test]
@@ -407,7 +456,10 @@ mod tests {
             };
             assert_eq!(field(s.plan(&target("n"))), "expiry", "{bad:?}");
         }
-        assert_eq!(field(with(|s| s.tries = 0).plan(&target("n"))), "tries");
+        assert_eq!(
+            field(with(|s| s.tries = Some(0)).plan(&target("n"))),
+            "tries"
+        );
         for bad in [-0.1, 1.0, 2.0, f64::NAN, f64::INFINITY] {
             let s = Settings {
                 drift_factor: bad,
@@ -430,7 +482,7 @@ mod tests {
             expiry: Duration::from_millis(1),
             drift_factor: 0.0,
             timeout_factor: 0.999,
-            tries: 1,
+            tries: Some(1),
             ..Settings::default()
         };
         assert!(s.plan(&target("n")).is_ok());

@@ -60,8 +60,8 @@ pub(crate) trait Target: fmt::Debug + Send + Sync {
     }
 
     /// Whether every name can have keys and a notice channel beside it, in its slot: asked where
-    /// the settings keep some (fencing, fair waiting, wake-up on release; a read-write lock's
-    /// `check` asks always). See [`check_prefix`].
+    /// the settings keep some (fencing, fair waiting; a read-write lock's `check` asks always).
+    /// See [`check_prefix`].
     fn check_beside(&self) -> Result<(), Error> {
         for (index, name) in self.names().iter().enumerate() {
             check_prefix(name, || match index {
@@ -216,10 +216,9 @@ pub(crate) fn check_prefix(name: &str, field: impl Fn() -> String) -> Result<(),
         field(),
         format!(
             "`{name}` contains `}}` but no hash tag, so nothing can be kept beside it: fencing, \
-             fair waiting, wake-up on release and read-write locks keep keys (or a notice \
-             channel) beside a name as `{{<name>}}:<suffix>`, in the name's Redis Cluster slot, \
-             which a `}}` in the name would end early; rename it, or give it a hash tag of its \
-             own (`{{tag}}...`)"
+             fair waiting and read-write locks keep keys (and a notice channel) beside a name as \
+             `{{<name>}}:<suffix>`, in the name's Redis Cluster slot, which a `}}` in the name \
+             would end early; rename it, or give it a hash tag of its own (`{{tag}}...`)"
         ),
     ))
 }
@@ -244,14 +243,52 @@ pub(crate) fn publish_verb(member: Member) -> &'static str {
 /// the requests it received before there were clusters, byte for byte: two more arguments cost a
 /// node measurably more work per release with notice (`benches/README.md`).
 ///
-/// A name without a slot prefix has no channel on a cluster: the settings that publish refuse it
-/// before any I/O (see [`check_prefix`]), so what stands in for it here (the standalone channel,
-/// so that nothing panics) is never sent.
+/// A name without a slot prefix has no channel on a cluster: fair waiting refuses it before any
+/// I/O (see [`check_prefix`]), and a release of it there sends no notice (it has no
+/// [`waiters_key`] there either), so what stands in for it here (the standalone channel, so that
+/// nothing panics) is never sent.
 pub(crate) fn channel_arg(name: &str, member: Member) -> Option<String> {
     match member {
         Member::Standalone => None,
         Member::Cluster => Some(notice_channel(name, member).unwrap_or_else(|| channel(name))),
     }
+}
+
+/// The suffix of the key where waiters mark a name as waited for (see [`waiters_key`]).
+pub(crate) const WAITERS_SUFFIX: &str = ":waiters";
+
+/// The key of the mark waiters leave for `name` on a member of kind `member` (see
+/// `waiting::notices`): a release that deletes the name's key deletes this one with it, in the
+/// same `DEL`, and publishes a notice only where it was there, so that a release nobody waits
+/// for costs a node one more key in its `DEL` and nothing else.
+///
+/// On a standalone server it is the name followed by the suffix, `order:42:waiters`, which the
+/// release script makes itself from the name: one more argument to every release would cost the
+/// node more than the whole look (`benches/README.md`). Any ACL pattern that lets a user write the
+/// name (`~lock:*`) lets it write the mark too. On a cluster it must be in the name's slot, so it
+/// is beside the name (`{order:42}:waiters`, see [`beside`]) and passed to the scripts; a name
+/// without a slot prefix has none there, and its waiters poll.
+pub(crate) fn waiters_key(name: &str, member: Member) -> Option<String> {
+    match member {
+        Member::Standalone => Some(format!("{name}{WAITERS_SUFFIX}")),
+        Member::Cluster => slot_prefix(name).map(|prefix| format!("{prefix}{WAITERS_SUFFIX}")),
+    }
+}
+
+/// The commands that mark every one of `names` as waited for on a member of kind `member`, for
+/// `millis` milliseconds: `PSETEX <mark> <millis> 1` each (a command of its own in the nodes'
+/// `INFO commandstats`, apart from the attempts' `SET`s). Sent in one write before a waiter's
+/// attempt (see `request::Request::with_marks`).
+pub(crate) fn mark_commands(names: &[Arc<str>], member: Member, millis: u64) -> Vec<Cmd> {
+    names
+        .iter()
+        .filter_map(|name| waiters_key(name, member))
+        .map(|key| {
+            let mut cmd = Cmd::with_capacity(4, 24 + key.len());
+            cmd.arg("PSETEX").arg(key).arg(millis).arg(1);
+            cmd
+        })
+        .collect()
 }
 
 /// A name's channel on a cluster, made on first use: a target lives as long as its primitive,

@@ -19,6 +19,7 @@
 //! [`PING_INTERVAL`] that must be answered within [`LISTENER_TIMEOUT`] notices a dead one within
 //! the sum of the two. A release missed meanwhile costs its waiters at most their retry delay.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -46,21 +47,23 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
 /// Where a node's listener delivers what it hears, and whom it asks what to listen for.
 pub(crate) trait NoticeSink: Send + Sync + 'static {
-    /// `node` published `payload` on the notice channel of `name`, heard at `at`.
+    /// `node` published `payload` on a channel of `name` (its notices, or its grants to this
+    /// client), heard at `at`.
     fn notice(&self, node: usize, name: &str, payload: &[u8], at: Instant);
-    /// The names to listen for after a listener (re)connected.
-    fn names(&self) -> Vec<Arc<str>>;
+    /// What to listen for after a listener (re)connected.
+    fn topics(&self) -> Vec<Topic>;
     /// Called every `sweep_every` (see [`spawn`]) while the listener runs: time to forget names
     /// nobody waits on.
     fn sweep(&self);
 }
 
 /// Starts the listener of member `node` through the client of `connection` (redmutex's own) on
-/// `runtime`: it delivers to `sink` for as long as the sink lives, and takes its orders from
-/// `commands`.
+/// `runtime`, for the client `client` (whose grant channels it listens to, see
+/// [`grant_channel`]): it delivers to `sink` for as long as the sink lives, and takes its orders
+/// from `commands`.
 pub(crate) fn spawn<S: NoticeSink>(
     runtime: &tokio::runtime::Handle,
-    node: usize,
+    (node, client): (usize, u64),
     connection: NodeConnection,
     sink: Weak<S>,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -68,6 +71,7 @@ pub(crate) fn spawn<S: NoticeSink>(
 ) {
     let listener = Listener {
         node,
+        client,
         connection,
         sink,
         commands,
@@ -76,12 +80,51 @@ pub(crate) fn spawn<S: NoticeSink>(
     runtime.spawn(listener.run());
 }
 
-/// What the listener of one node is asked to do, for a name's notices (the listener knows the
-/// channel they come on).
+/// What a listener listens to for a name (it knows the channel each comes on).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Topic {
+    /// The name's release notices (and the grants of releases that name no client's channel).
+    Notices(Arc<str>),
+    /// The fair line's grants of the name to this client's waiters ([`grant_channel`]).
+    Grants(Arc<str>),
+}
+
+impl Topic {
+    /// The name the topic is about.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        match self {
+            Topic::Notices(name) | Topic::Grants(name) => name,
+        }
+    }
+
+    /// The topic's channel on a member of kind `member`, for the client `client`; `None` where
+    /// the name has no such channel (a name without a slot prefix on a cluster).
+    fn channel(&self, member: Member, client: u64) -> Option<String> {
+        match self {
+            Topic::Notices(name) => notice_channel(name, member),
+            Topic::Grants(name) => grant_channel(name, client),
+        }
+    }
+}
+
+/// What the listener of one node is asked to do.
 pub(crate) enum Command {
-    /// Subscribe to a name's notices; the sender, if any, is told once the node confirmed it.
-    Subscribe(Arc<str>, Option<oneshot::Sender<()>>),
-    Unsubscribe(Arc<str>),
+    /// Subscribe to a topic; the sender, if any, is told once the node confirmed it.
+    Subscribe(Topic, Option<oneshot::Sender<()>>),
+    Unsubscribe(Topic),
+}
+
+/// The channels of grant notices addressed to one client start with this (see
+/// [`grant_channel`]).
+pub(crate) const GRANT_PREFIX: &str = "redmutex:granted:";
+
+/// The channel where the fair line hands `name`'s lock to waiters of the client `client` (see
+/// `waiting::fair`): the prefix, the name's [`slot_prefix`](super::hash_tag::slot_prefix), a
+/// colon and the client's id in hex, `redmutex:granted:{order:42}:00c0ffee00c0ffee`. In the name's
+/// slot, so that a script on a cluster may `SPUBLISH` on it, and named alike on every kind of
+/// member. `None` for a name without a slot prefix, which fair waiting refuses.
+pub(crate) fn grant_channel(name: &str, client: u64) -> Option<String> {
+    super::hash_tag::slot_prefix(name).map(|prefix| format!("{GRANT_PREFIX}{prefix}:{client:016x}"))
 }
 
 /// The channel of `name`'s notices on a standalone server.
@@ -106,6 +149,8 @@ pub(crate) fn notice_channel(name: &str, member: Member) -> Option<String> {
 /// The pub/sub connection to one member, run as a task for as long as its sink lives.
 struct Listener<S> {
     node: usize,
+    /// The client's id, which names its grant channels.
+    client: u64,
     /// The member's connection: its client, and what kind of member it found.
     connection: NodeConnection,
     sink: Weak<S>,
@@ -149,6 +194,24 @@ impl<S: NoticeSink> Listener<S> {
                 return;
             }
         }
+    }
+
+    /// Every channel the sink wants listened to on a member of kind `member`, with the name each
+    /// is about; `None` once the sink is gone.
+    fn subscribed(&self, member: Member) -> Option<HashMap<String, Arc<str>>> {
+        let sink = self.sink.upgrade()?;
+        let topics = sink.topics();
+        Some(
+            topics
+                .iter()
+                .filter_map(|topic| {
+                    Some((
+                        topic.channel(member, self.client)?,
+                        Arc::clone(topic.name()),
+                    ))
+                })
+                .collect(),
+        )
     }
 
     /// Takes every command waiting in the channel, returning the confirmations they asked for.
@@ -228,18 +291,14 @@ impl<S: NoticeSink> Listener<S> {
             return Stop::Lost { served: false };
         };
         let (mut sink, mut stream) = pubsub.split();
-        // Commands that came while connecting are covered by the snapshot of names taken after
-        // them: a name to subscribe is in it, a name to unsubscribe is not.
+        // Commands that came while connecting are covered by the snapshot of topics taken after
+        // them: a topic to subscribe is in it, a topic to unsubscribe is not.
         let confirmations = self.drain();
-        let Some(channels) = self.sink.upgrade().map(|sink| {
-            sink.names()
-                .iter()
-                .map(|name| channel(name))
-                .collect::<Vec<_>>()
-        }) else {
+        let Some(mut channels) = self.subscribed(Member::Standalone) else {
             return Stop::SinkGone;
         };
-        if !channels.is_empty() && !bounded(sink.subscribe(&channels)).await {
+        let all: Vec<&String> = channels.keys().collect();
+        if !all.is_empty() && !bounded(sink.subscribe(&all)).await {
             return Stop::Lost { served: false };
         }
         for confirm in confirmations {
@@ -259,16 +318,16 @@ impl<S: NoticeSink> Listener<S> {
                     let Some(sink) = self.sink.upgrade() else {
                         return Stop::SinkGone;
                     };
-                    if let Some(name) = message.get_channel_name().strip_prefix(NOTICE_PREFIX) {
-                        let release = message.get_payload_bytes();
-                        sink.notice(self.node, name, release, Instant::now());
+                    if let Some(name) = channels.get(message.get_channel_name()) {
+                        let payload = message.get_payload_bytes();
+                        sink.notice(self.node, name, payload, Instant::now());
                     }
                 }
                 command = self.commands.recv() => {
                     let Some(command) = command else {
                         return Stop::SinkGone;
                     };
-                    if !apply(&mut sink, command).await {
+                    if !apply(&mut sink, &mut channels, self.client, command).await {
                         return Stop::Lost { served: true };
                     }
                 }
@@ -289,17 +348,33 @@ impl<S: NoticeSink> Listener<S> {
     }
 }
 
-/// Sends one command to the node; `false` if the connection failed it.
-async fn apply(sink: &mut PubSubSink, command: Command) -> bool {
+/// Sends one command to a standalone server, and keeps `channels` (each subscribed channel's name)
+/// up to date; `false` if the connection failed it.
+async fn apply(
+    sink: &mut PubSubSink,
+    channels: &mut HashMap<String, Arc<str>>,
+    client: u64,
+    command: Command,
+) -> bool {
     match command {
-        Command::Subscribe(name, confirm) => {
-            let subscribed = bounded(sink.subscribe(channel(&name))).await;
+        Command::Subscribe(topic, confirm) => {
+            let Some(channel) = topic.channel(Member::Standalone, client) else {
+                return true;
+            };
+            let subscribed = bounded(sink.subscribe(&channel)).await;
             if let (true, Some(confirm)) = (subscribed, confirm) {
                 let _ = confirm.send(());
             }
+            channels.insert(channel, Arc::clone(topic.name()));
             subscribed
         }
-        Command::Unsubscribe(name) => bounded(sink.unsubscribe(channel(&name))).await,
+        Command::Unsubscribe(topic) => {
+            let Some(channel) = topic.channel(Member::Standalone, client) else {
+                return true;
+            };
+            channels.remove(&channel);
+            bounded(sink.unsubscribe(channel)).await
+        }
     }
 }
 
@@ -322,8 +397,6 @@ impl<S: NoticeSink> Listener<S> {
         connecting: impl Future<Output = redis::RedisResult<redis::cluster_async::ClusterConnection>>,
         mut heard: mpsc::UnboundedReceiver<redis::PushInfo>,
     ) -> Stop {
-        use std::collections::HashMap;
-
         // As long as making the member's own connection may take (a node that does not answer
         // costs its own bound).
         let limit = super::reconnect::CLUSTER_CONNECT_TIMEOUT;
@@ -332,13 +405,9 @@ impl<S: NoticeSink> Listener<S> {
         };
         // As for a standalone server: the snapshot taken after the commands covers them.
         let confirmations = self.drain();
-        let Some(names) = self.sink.upgrade().map(|sink| sink.names()) else {
+        let Some(channels) = self.subscribed(Member::Cluster) else {
             return Stop::SinkGone;
         };
-        let channels: HashMap<String, Arc<str>> = names
-            .into_iter()
-            .filter_map(|name| Some((notice_channel(&name, Member::Cluster)?, name)))
-            .collect();
         // Each channel on the master of its slot, all at once.
         let subscribed = futures::future::join_all(channels.keys().map(|channel| {
             let mut connection = connection.clone();
@@ -391,21 +460,21 @@ impl<S: NoticeSink> Listener<S> {
                         return Stop::SinkGone;
                     };
                     match command {
-                        Command::Subscribe(name, confirm) => {
+                        Command::Subscribe(topic, confirm) => {
                             // A name without a slot prefix has no notices here: never confirmed.
-                            let Some(channel) = notice_channel(&name, Member::Cluster) else {
+                            let Some(channel) = topic.channel(Member::Cluster, self.client) else {
                                 continue;
                             };
                             if let Err(stop) = ssubscribe(&mut connection, &channel).await {
                                 return stop;
                             }
-                            channels.insert(channel, name);
+                            channels.insert(channel, Arc::clone(topic.name()));
                             if let Some(confirm) = confirm {
                                 let _ = confirm.send(());
                             }
                         }
-                        Command::Unsubscribe(name) => {
-                            let Some(channel) = notice_channel(&name, Member::Cluster) else {
+                        Command::Unsubscribe(topic) => {
+                            let Some(channel) = topic.channel(Member::Cluster, self.client) else {
                                 continue;
                             };
                             channels.remove(&channel);

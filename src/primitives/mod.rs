@@ -34,6 +34,7 @@ pub(crate) mod run;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 
+use crate::engine::target::WAITERS_SUFFIX;
 use crate::error::Error;
 use crate::nodes::script::{self, Script};
 use crate::nodes::version::Needs;
@@ -42,13 +43,15 @@ use crate::waiting::fair::scripts as fair;
 /// Suffixes of the keys redmutex keeps beside a name `x` (see `engine::target::beside`):
 /// `{x}:fence` (the fencing counter), `{x}:readers` and `{x}:writer-waiting` (a read-write lock's
 /// readers and a waiting writer's mark), `{x}:line`, `{x}:line:until` and `{x}:ticket` (the fair
-/// line), `{x}:leader` (an election's record). No name may end in one, so that no name is ever
-/// another name's auxiliary key (nor one the previous layout kept at `x:fence`, ...).
-const RESERVED_SUFFIXES: [&[&str]; 4] = [
+/// line), `{x}:leader` (an election's record), and `x:waiters` (`{x}:waiters` on a cluster: the
+/// waiters' mark, see `engine::target::waiters_key`). No name may end in one, so that no name is
+/// ever another name's auxiliary key (nor one the previous layout kept at `x:fence`, ...).
+const RESERVED_SUFFIXES: [&[&str]; 5] = [
     mutex::SUFFIXES,
     rwlock::SUFFIXES,
     fair::SUFFIXES,
     election::SUFFIXES,
+    &[WAITERS_SUFFIX],
 ];
 
 /// What each primitive needs of a node (see `nodes::version`): the newest feature it uses sets
@@ -234,7 +237,14 @@ mod tests {
         ] {
             assert_eq!(mutex.needs(op), &mutex::NEEDS, "{op:?}");
         }
-        for op in [Op::Round { ticket: 1 }, Op::Enter, release(true)] {
+        for op in [
+            Op::Round {
+                ticket: 1,
+                client: 7,
+            },
+            Op::Enter,
+            release(true),
+        ] {
             assert_eq!(mutex.needs(op), &fair::NEEDS, "{op:?}");
         }
         let multi = MultiTarget::new(["a", "b"].map(Arc::from));
@@ -312,7 +322,10 @@ mod tests {
             Op::AcquireFenced,
             Op::Extend,
             Op::Raise(7),
-            Op::Round { ticket: 3 },
+            Op::Round {
+                ticket: 3,
+                client: 7,
+            },
             Op::Enter,
             release(false, false),
             release(true, false),
@@ -378,12 +391,14 @@ mod tests {
         }
     }
 
-    /// A name with a `}` and no hash tag has no slot prefix: everything that keeps keys or a
-    /// notice channel beside a name refuses it, naming the rule; a plain mutex takes it.
+    /// A name with a `}` and no hash tag has no slot prefix: everything that keeps keys beside a
+    /// name refuses it, naming the rule; a mutex takes it, waking on release where it can (on a
+    /// standalone server; on a cluster its waiters poll).
     #[test]
     fn names_without_a_slot_prefix_take_plain_locks_only() {
         let name = "job}1";
         let plain = Settings::default();
+        assert!(plain.wake_on_release);
         assert!(plain.plan(&MutexTarget::new(name.into())).is_ok());
         assert!(
             plain
@@ -400,10 +415,6 @@ mod tests {
                 fair: true,
                 ..Settings::default()
             },
-            Settings {
-                wake_on_release: true,
-                ..Settings::default()
-            },
         ];
         for settings in &settings {
             for (target, expected) in [
@@ -418,10 +429,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(
-            field(settings[2].plan(&PermitsTarget::new(name.into(), 2))),
-            "name"
-        );
         assert_eq!(field(plain.plan(&ReadTarget::new(name.into()))), "name");
         // A name with a tag of its own keeps everything, whatever follows it.
         for settings in &settings[..2] {

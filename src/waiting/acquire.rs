@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::engine::attempt::{attempt_once, millis_left};
+use crate::engine::delay::FOREVER;
 use crate::engine::fanout;
 use crate::engine::held::Held;
 use crate::engine::metrics;
@@ -17,7 +18,9 @@ use crate::waiting::{Resume, Waiting};
 
 /// Makes up to `tries` attempts to acquire `resource`, starting with `value`, waiting between
 /// them as its settings say (see `wait`); `listeners` are its client's, for waiting by release
-/// notices.
+/// notices. With a maximum wait, no attempt starts after it ran out (waits end at it, and the
+/// attempt that starts then is the last one), and an attempt that ends after it is the last one
+/// too: whichever of the tries and the maximum wait runs out first ends the call.
 pub(crate) async fn acquire(
     resource: &Resource,
     listeners: &Listeners,
@@ -44,17 +47,25 @@ async fn attempts(
         value,
         armed: true,
     };
-    let mut waiting = Waiting::new(resource, listeners, plan, tries);
+    let began = Instant::now();
+    // A single attempt (`try_lock()`) has no wait to bound.
+    let deadline = plan
+        .max_wait
+        .filter(|_| tries > 1)
+        .map(|wait| began + wait.min(FOREVER));
+    let out_of_time = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
+    let mut waiting = Waiting::new(resource, listeners, plan, tries, deadline);
     waiting.before_first_attempt().await;
     let mut attempt = 1;
     // Counts the call as waiting from its first failed attempt until it returns or is dropped.
     let mut waiter = None;
     loop {
         let started = Instant::now();
-        let last = waiting.is_last(attempt, tries);
-        let op = waiting.attempt_starts(started, &guard.value);
+        let last = waiting.is_last(attempt, tries) || out_of_time();
+        let (op, marks) = waiting.attempt_starts(attempt, started, last, &guard.value);
         let keeps = |tally: &Tally| waiting.replies(tally, started, last, op);
-        let outcome = attempt_once(resource, plan, op, &guard.value, started, keeps).await;
+        let sent = (op, marks);
+        let outcome = attempt_once(resource, plan, sent, &guard.value, started, keeps).await;
         waiting.attempt_ended(outcome.is_ok());
         match &outcome {
             Ok(lock) => tracing::debug!(
@@ -72,9 +83,17 @@ async fn attempts(
                 return Ok(lock);
             }
             // Refusals (permissions, credentials) that leave no quorum fail every try alike.
-            Err((error, _)) if last || error.is_refused_by_too_many() => {
+            Err((error, _)) if last || out_of_time() || error.is_refused_by_too_many() => {
                 // Whatever the attempt set is released, or being released in the background.
                 guard.armed = false;
+                if out_of_time() && !error.is_refused_by_too_many() {
+                    let waited = began.elapsed();
+                    tracing::debug!(attempt, ?waited, "the maximum wait ran out");
+                    return Err(Error::WaitedOut {
+                        waited,
+                        last: Box::new(error),
+                    });
+                }
                 return Err(error);
             }
             Err((_, cleanup)) => cleanup,

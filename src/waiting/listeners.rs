@@ -16,6 +16,10 @@ pub(crate) struct Listeners {
     /// connection tells whether it reaches a cluster); empty for connections the caller built.
     clients: Vec<NodeConnection>,
     hub: std::sync::Mutex<Option<Arc<Hub>>>,
+    /// This client's id among the clients of a name's fair line: the nodes hand the lock to its
+    /// waiters on its own channel (see `nodes::listener::grant_channel`). Random, so that
+    /// clients never share one.
+    client: u64,
 }
 
 impl Listeners {
@@ -23,7 +27,13 @@ impl Listeners {
         Listeners {
             clients,
             hub: std::sync::Mutex::new(None),
+            client: rand::random(),
         }
+    }
+
+    /// This client's id in fair lines.
+    pub(crate) fn client(&self) -> u64 {
+        self.client
     }
 
     /// The hub if its listeners already run: for checks that must not open connections.
@@ -60,7 +70,8 @@ impl Listeners {
             });
             for (node, (client, commands)) in self.clients.iter().zip(receivers).enumerate() {
                 let sink = Arc::downgrade(&hub);
-                listener::spawn(&runtime, node, client.clone(), sink, commands, SWEEP_EVERY);
+                let ids = (node, self.client);
+                listener::spawn(&runtime, ids, client.clone(), sink, commands, SWEEP_EVERY);
             }
             hub
         };

@@ -8,8 +8,9 @@
 //! without). What it does in between is its own business: sleep the retry delay, listen for
 //! release notices, or keep a place in the fair line across clients.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::engine::delay::FOREVER;
 use crate::engine::request::Op;
 use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
@@ -22,8 +23,11 @@ use super::notices::NoticeWait;
 /// The way one `lock()` call waits, chosen from the mutex's settings.
 pub(crate) enum Waiting<'a> {
     /// The retry delay, and nothing else.
-    Sleep { plan: &'a Plan },
-    /// The retry delay, cut short by release notices (`with_wake_on_release`).
+    Sleep {
+        plan: &'a Plan,
+        deadline: Option<Instant>,
+    },
+    /// The retry delay, cut short by release notices (wake-up on release, the default).
     Notices(NoticeWait<'a>),
     /// A place in the line across clients (`with_fair`). Boxed: only fair calls pay for its
     /// size, not every `lock()` future.
@@ -39,21 +43,23 @@ pub(crate) enum Resume {
 }
 
 impl<'a> Waiting<'a> {
-    /// The way a call on `resource` waits, for a call that makes up to `tries` attempts;
-    /// `listeners` are its client's.
+    /// The way a call on `resource` waits, for a call that makes up to `tries` attempts and
+    /// starts none after `deadline` (its maximum wait); `listeners` are its client's.
     pub(crate) fn new(
         resource: &'a Resource,
         listeners: &'a Listeners,
         plan: &'a Plan,
         tries: u32,
+        deadline: Option<Instant>,
     ) -> Waiting<'a> {
         if plan.fair {
-            Waiting::Fair(Box::new(FairWait::new(resource, listeners, plan, tries)))
+            let fair = FairWait::new(resource, listeners, plan, tries, deadline);
+            Waiting::Fair(Box::new(fair))
         } else if plan.wake_on_release && tries > 1 {
             // One attempt has nothing to wait for.
-            Waiting::Notices(NoticeWait::new(resource, listeners, plan))
+            Waiting::Notices(NoticeWait::new(resource, listeners, plan, deadline))
         } else {
-            Waiting::Sleep { plan }
+            Waiting::Sleep { plan, deadline }
         }
     }
 
@@ -75,17 +81,25 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// An attempt with `value` begins at `started`; returns what it sends to every node.
-    pub(crate) fn attempt_starts(&mut self, started: Instant, value: &str) -> Op {
+    /// Attempt number `attempt` (1-based) with `value` begins at `started` (the `last` one if no
+    /// attempt follows); returns what it sends to every node, and how long the waiters' marks
+    /// sent before it live, if it sends them (see `Request::with_marks`).
+    pub(crate) fn attempt_starts(
+        &mut self,
+        attempt: u32,
+        started: Instant,
+        last: bool,
+        value: &str,
+    ) -> (Op, Option<Duration>) {
         match self {
-            Waiting::Sleep { plan } => acquire_op(plan),
+            Waiting::Sleep { plan, .. } => (acquire_op(plan), None),
             Waiting::Notices(notices) => {
-                notices.attempt_starts(started);
-                acquire_op(notices.plan())
+                let marks = notices.attempt_starts(attempt, started, last);
+                (acquire_op(notices.plan()), marks)
             }
             Waiting::Fair(fair) => {
                 fair.attempt_starts(value);
-                fair.op()
+                (fair.op(), None)
             }
         }
     }
@@ -112,10 +126,10 @@ impl<'a> Waiting<'a> {
     /// next attempt is due or the lock is handed over.
     pub(crate) async fn wait(&mut self, failed: u32, started: Instant) -> Resume {
         match self {
-            Waiting::Sleep { plan } => {
+            Waiting::Sleep { plan, deadline } => {
                 // Drawn before the await: the thread-local generator must not live across it.
                 let delay = plan.retry_delay_after(failed);
-                tokio::time::sleep(delay).await;
+                tokio::time::sleep_until(until(delay, *deadline)).await;
                 Resume::Attempt
             }
             Waiting::Notices(notices) => {
@@ -149,6 +163,13 @@ impl<'a> Waiting<'a> {
             notices.acquired();
         }
     }
+}
+
+/// When a wait of `delay` from now ends, at `deadline` at the latest.
+pub(super) fn until(delay: Duration, deadline: Option<Instant>) -> tokio::time::Instant {
+    let now = Instant::now();
+    let end = now + delay.min(FOREVER);
+    tokio::time::Instant::from(deadline.map_or(end, |deadline| end.min(deadline.max(now))))
 }
 
 /// The request of a plain attempt.

@@ -315,6 +315,8 @@ async fn without_the_channel_the_release_names_it() {
     let (_cluster, redlock) = cluster_with(&rule_without(channels)).await;
     let mutex = mutex(&redlock, "lock:acl-no-channel").with_wake_on_release(true);
     let lock = mutex.lock().await.expect("SET is allowed");
+    // Somebody waits: the release publishes.
+    support::mark_waited(&_cluster, mutex.name());
     for message in refusals(lock.unlock().await) {
         assert!(message.contains("channel"), "{message}");
         assert!(message.contains("'PUBLISH'"), "{message}");

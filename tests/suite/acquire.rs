@@ -335,7 +335,9 @@ async fn validity_counts_from_the_successful_attempt() {
     );
 }
 
-/// Every attempt of one `lock()` call uses the same value: the value function runs once per call.
+/// Every attempt of one polling `lock()` call uses the same value: the value function runs once
+/// per call. (A call woken by release notices takes a value per attempt: see
+/// `wake::every_attempt_has_its_own_value`.)
 #[tokio::test]
 async fn retries_reuse_the_value() {
     let cluster = Cluster::start(3);
@@ -347,6 +349,7 @@ async fn retries_reuse_the_value() {
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = Arc::clone(&calls);
     let mutex = quick(&redlock, "acquire:same-value")
+        .with_wake_on_release(false)
         .with_tries(5)
         .with_value_fn(move || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -929,3 +929,126 @@ async fn a_forged_ticket_hint_does_not_reorder_the_line() {
     assert_eq!(*order.lock().expect("not poisoned"), [0, 1, 2]);
     history.assert_exclusive();
 }
+
+/// Every grant notice a node published, as `(node, channel, fingerprint of the new holder's
+/// value)`, heard by a subscriber of every redmutex channel on each node.
+type Heard = Arc<StdMutex<Vec<(usize, String, String)>>>;
+
+/// Subscribes to every redmutex channel on each node of `cluster`, and keeps the grant notices.
+async fn hear_grants(cluster: &Cluster) -> Heard {
+    use futures::StreamExt;
+    let heard = Heard::default();
+    for node in 0..cluster.len() {
+        let client = redis::Client::open(cluster.node(node).url()).expect("a URL");
+        let mut pubsub = client.get_async_pubsub().await.expect("a subscriber");
+        pubsub.psubscribe("redmutex:*").await.expect("PSUBSCRIBE");
+        let heard = Arc::clone(&heard);
+        tokio::spawn(async move {
+            let mut messages = pubsub.into_on_message();
+            while let Some(message) = messages.next().await {
+                let payload = message.get_payload_bytes();
+                if let Some(grant) = payload.strip_prefix(b"\0") {
+                    let fingerprint = String::from_utf8_lossy(grant);
+                    let fingerprint = fingerprint.split(' ').next().unwrap_or("").to_owned();
+                    let channel = message.get_channel_name().to_owned();
+                    heard
+                        .lock()
+                        .expect("not poisoned")
+                        .push((node, channel, fingerprint));
+                }
+            }
+        });
+    }
+    heard
+}
+
+/// Four clients in line, one waiter each: every hand-off is published once per node, on the
+/// channel of the head's client alone, never on the name's channel (which every waiting client
+/// hears) nor on another client's; each client hears only the grants to its own waiter, and the
+/// line keeps its order.
+#[tokio::test]
+async fn grants_reach_only_the_head_s_client() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster).await;
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&cluster).await);
+    }
+    let name = "fair:addressed";
+    let heard = hear_grants(&cluster).await;
+    let held = fair(&holder, name).lock().await.expect("free lock");
+    let values = Arc::new(StdMutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (i, redlock) in clients.iter().enumerate() {
+        let (mutex, values) = (fair(redlock, name), Arc::clone(&values));
+        waiters.push(tokio::spawn(async move {
+            let lock = mutex.lock().await.expect("served in line");
+            values
+                .lock()
+                .expect("not poisoned")
+                .push((i, lock.value().to_owned()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            lock.unlock().await.expect("unlock");
+        }));
+        let joined = i as i64 + 1;
+        eventually("the waiter stands in line on every node", || {
+            (0..3).all(|node| line_len(&cluster, node, name) == joined)
+        })
+        .await;
+    }
+    held.unlock().await.expect("unlock");
+    for waiter in waiters {
+        waiter.await.expect("waiter finished");
+    }
+    let served = values.lock().expect("not poisoned").clone();
+    assert_eq!(
+        served.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [0, 1, 2, 3],
+        "served in join order"
+    );
+    // Every hand-off (to each of the four) was heard from each of the three nodes.
+    eventually("every grant was heard", || {
+        heard.lock().expect("not poisoned").len() >= 4 * 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let heard = heard.lock().expect("not poisoned").clone();
+    assert_eq!(
+        heard.len(),
+        4 * 3,
+        "one grant per hand-off and node: {heard:?}"
+    );
+    let mut channels = Vec::new();
+    for (i, value) in &served {
+        let fingerprint = fingerprint(&cluster, value);
+        let to: Vec<&(usize, String, String)> =
+            heard.iter().filter(|(_, _, f)| *f == fingerprint).collect();
+        assert_eq!(
+            to.len(),
+            3,
+            "waiter {i}: one grant from each node: {heard:?}"
+        );
+        let channel = &to[0].1;
+        assert!(
+            channel.starts_with("redmutex:granted:{fair:addressed}:"),
+            "waiter {i}'s grants went out on {channel}, which every waiting client hears"
+        );
+        assert!(to.iter().all(|(_, c, _)| c == channel), "{to:?}");
+        channels.push(channel.clone());
+    }
+    channels.dedup();
+    assert_eq!(
+        channels.len(),
+        4,
+        "each client a channel of its own: {channels:?}"
+    );
+    for channel in &channels {
+        for node in cluster.nodes() {
+            assert_eq!(
+                node.subscribers(channel),
+                1,
+                "only its client listens to {channel}"
+            );
+        }
+    }
+}

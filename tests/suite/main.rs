@@ -34,6 +34,7 @@ mod inspect;
 mod interop;
 mod keep_alive;
 mod keys;
+mod max_wait;
 mod metrics;
 mod multi;
 mod network;

@@ -389,8 +389,9 @@ async fn a_multi_name_lock_over_one_name_is_a_plain_set() {
 }
 
 /// The names a plain entry took on a node where another was taken are released with a notice for
-/// each name freed, where wake-up on release is on, as a failed attempt's release sends them: a
-/// waiter on such a name would otherwise sleep out its retry delay. Names held by others get none.
+/// each name freed, where wake-up on release is on and a waiter marked the names, as a failed
+/// attempt's release sends them: a waiter on such a name would otherwise sleep out its retry
+/// delay. Names held by others get none.
 #[tokio::test]
 async fn the_released_part_of_a_plain_entry_sends_its_notices() {
     let cluster = Cluster::start(3);
@@ -399,6 +400,9 @@ async fn the_released_part_of_a_plain_entry_sends_its_notices() {
     let channels = names.map(|name| format!("redmutex:released:{name}"));
     for node in cluster.nodes() {
         node.set_px(names[1], "someone-else", Duration::from_secs(60));
+    }
+    for name in names {
+        support::mark_waited(&cluster, name);
     }
     let mut connections: Vec<redis::Connection> =
         (0..3).map(|node| cluster.node(node).connection()).collect();

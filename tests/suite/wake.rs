@@ -1,17 +1,17 @@
-//! Wake-up on release (`Mutex::with_wake_on_release`), on real nodes.
+//! Wake-up on release (on by default; `Mutex::with_wake_on_release`), on real nodes.
 //!
-//! Waiters here have a retry delay of a minute: a waiter that gets the lock within the test's
-//! bounds was woken by the release, not by its delay.
+//! Waiters here have a retry delay of a minute (or ten seconds): a waiter that gets the lock
+//! within the test's bounds was woken by the release, not by its delay.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redmutex::{Lock, Mutex, Redlock};
 use testenv::Cluster;
 use tokio::sync::mpsc;
 
-use crate::support::{client, eventually, within};
+use crate::support::{client, eventually, mark_waited, waiters_mark, within};
 
 /// Longer than any test here may take: only a release notice ends this wait early.
 const FALLBACK: Duration = Duration::from_secs(60);
@@ -199,7 +199,10 @@ async fn without_notices_waiters_fall_back_on_their_delay() {
         (&built, "wake:fallback-built", false),
     ] {
         // The holder's mutex does not publish.
-        let silent = redlock.new_mutex(name).with_expiry(Duration::from_secs(30));
+        let silent = redlock
+            .new_mutex(name)
+            .with_expiry(Duration::from_secs(30))
+            .with_wake_on_release(false);
         let held = silent.lock().await.expect("free lock");
         let waiter = waiting_client
             .new_mutex(name)
@@ -323,4 +326,125 @@ async fn uncontended_locks_open_no_listeners() {
         // The client's connection, and this inspection's own.
         assert_eq!(clients, Some("2"), "{info}");
     }
+}
+
+/// Waits up to 2 s until every node received `count` SETs (no assertion): for the code under
+/// test to be waiting, where a failure must show later, in what the test is about.
+async fn settle(cluster: &Cluster, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && sets(cluster).iter().any(|&sets| sets < count) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The default on both sides, in two clients (two processes in real life): a waiter that set
+/// nothing but a retry delay of 10 s gets the lock within a second of the unlock of a holder that
+/// set nothing, so a release notice reached it. Its first attempt found the name held; it
+/// subscribed, then marked the name in the same write as its second attempt, and the holder's
+/// release found the mark.
+#[tokio::test]
+async fn a_default_waiter_is_woken_by_a_default_holders_unlock() {
+    let cluster = Cluster::start(3);
+    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
+    let name = "wake:default";
+    let held = holding.new_mutex(name).lock().await.expect("free lock");
+    let waiter = waiting
+        .new_mutex(name)
+        .with_retry_delay(Duration::from_secs(10));
+    let task = tokio::spawn(async move { waiter.lock().await });
+    // The holder's SET, the waiter's first attempt and its marked one.
+    settle(&cluster, 3).await;
+    let released = Instant::now();
+    held.unlock().await.expect("unlock");
+    let next = tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .expect("the waiter's retry delay is 10 s: only a release notice hands it the lock within a second")
+        .expect("task")
+        .expect("the waiter gets the lock");
+    assert!(released.elapsed() < Duration::from_secs(1));
+    next.unlock().await.expect("unlock");
+}
+
+/// `with_wake_on_release(false)` opts out on both sides: the waiter neither listens nor marks
+/// the name, a holder that opted out sends no notice even where a waiter marked the name, and the
+/// waiter still gets the lock, by polling at its retry delay.
+#[tokio::test]
+async fn the_opt_out_polls() {
+    let cluster = Cluster::start(3);
+    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
+    let name = "wake:opt-out";
+    let polling = |redlock: &Redlock| {
+        redlock
+            .new_mutex(name)
+            .with_wake_on_release(false)
+            .with_retry_delay(Duration::from_millis(300))
+            .with_tries(100)
+    };
+    let held = polling(&holding).lock().await.expect("free lock");
+    let waiter = polling(&waiting);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    // Three attempts: the first, and two polls.
+    eventually("the waiter polled twice", || {
+        sets(&cluster).iter().all(|&sets| sets >= 4)
+    })
+    .await;
+    for node in cluster.nodes() {
+        assert_eq!(
+            node.subscribers(&channel(name)),
+            0,
+            "the waiter listens to nothing"
+        );
+        assert!(
+            !node.exists(&waiters_mark(name)),
+            "the waiter marks nothing"
+        );
+    }
+    // A waiter of another mutex marked the name: a holder that opted out sends no notice.
+    mark_waited(&cluster, name);
+    held.unlock().await.expect("unlock");
+    let next = task
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock by polling");
+    for node in cluster.nodes() {
+        assert_eq!(node.calls("publish"), 0, "the holder notified nobody");
+    }
+    next.unlock().await.expect("unlock");
+}
+
+/// A notice that never comes (here, the waiter's marks are lost before the release, as if a
+/// node had evicted them, so the release sends none) costs a listening waiter its retry delay,
+/// no more: it still gets the lock, by its next attempt.
+#[tokio::test]
+async fn a_lost_notice_ends_in_a_retry() {
+    let cluster = Cluster::start(3);
+    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
+    let name = "wake:lost";
+    let held = holding.new_mutex(name).lock().await.expect("free lock");
+    let waiter = waiting
+        .new_mutex(name)
+        .with_retry_delay(Duration::from_secs(1))
+        .with_tries(100);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    subscribed(&cluster, name, 1).await;
+    eventually("the waiter marked the name", || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|node| node.exists(&waiters_mark(name)))
+    })
+    .await;
+    for node in cluster.nodes() {
+        node.del(&waiters_mark(name));
+    }
+    held.unlock().await.expect("unlock");
+    let next = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the waiter retried after its delay of 1 s")
+        .expect("task")
+        .expect("the waiter gets the lock");
+    for node in cluster.nodes() {
+        assert_eq!(node.calls("publish"), 0, "no notice went out");
+    }
+    next.unlock().await.expect("unlock");
 }

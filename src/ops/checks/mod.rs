@@ -10,10 +10,11 @@ use redis::{Cmd, Value};
 
 #[cfg(doc)]
 use crate::Redlock;
+use crate::engine::target::waiters_key;
 use crate::engine::value::random_value;
-use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
 use crate::nodes::probe::{Answer, bounded, each_node, eval, send, unexpected};
+use crate::nodes::{Member, Node};
 use crate::primitives::mutex::{EXTEND, RELEASE, RELEASE_NOTIFY};
 
 mod judge;
@@ -502,15 +503,31 @@ async fn extend_and_unlock(
         Ok(other) => return Round::Failed("the extend script", unexpected(&other)),
         Err(error) => return Round::Failed("the extend script", error),
     }
-    let notice = eval(connection, &RELEASE_NOTIFY, &keys, &args[..1]);
+    // A waiter's mark, then the release it makes notify (see `waiting::notices`). On a cluster
+    // the mark is beside the scratch key, in its slot, and passed as the script's second key.
+    let member = connection.member();
+    let mark = waiters_key(scratch, member).unwrap_or_else(|| format!("{scratch}:waiters"));
+    let mut marking = Cmd::new();
+    marking.arg("PSETEX").arg(&mark).arg(millis).arg(1);
+    let notice = async {
+        send(connection, &marking).await?;
+        match member {
+            Member::Standalone => eval(connection, &RELEASE_NOTIFY, &keys, &args[..1]).await,
+            Member::Cluster => {
+                let keys = [scratch, mark.as_str()];
+                eval(connection, &RELEASE_NOTIFY, &keys, &args[..1]).await
+            }
+        }
+    };
     let refused = match bounded(timeout, notice).await {
         Ok(Value::Int(1)) => return Round::Done,
         Ok(other) => unexpected(&other),
         Err(error) => error,
     };
-    // Perhaps only PUBLISH is refused: then plain locks work, without wake-up on release. The
-    // refused script may have deleted the key before it failed (scripts do not roll back), so
-    // the plain release may find nothing left.
+    // Perhaps only the mark or PUBLISH is refused: then plain locks work, without wake-up on
+    // release. The refused script may have deleted the key before it failed (scripts do not roll
+    // back), so the plain release may find nothing left; a mark left behind expires with the
+    // scratch key's expiry.
     match bounded(timeout, eval(connection, &RELEASE, &keys, &args[..1])).await {
         Ok(Value::Int(0 | 1)) => Round::NoNotice(refused),
         Ok(other) => Round::Failed("the unlock script", unexpected(&other)),

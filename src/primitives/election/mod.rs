@@ -45,6 +45,7 @@ pub(crate) use target::{SCRIPTS, SUFFIXES};
 /// | [`with_expiry`](Election::with_expiry) (the lease) | 8 s | 1 ms to 365 days |
 /// | [`with_renew_every`](Election::with_renew_every) | a third of the lease | more than zero, less than the lease |
 /// | [`with_tries`](Election::with_tries) | `u32::MAX` (campaign until elected) | 1 to `u32::MAX` |
+/// | [`with_max_wait`](Election::with_max_wait) | none | any |
 /// | [`with_retry_delay`](Election::with_retry_delay) | random in 50..250 ms | any |
 /// | [`with_drift_factor`](Election::with_drift_factor) | 0.01 | `[0, 1)` |
 /// | [`with_timeout_factor`](Election::with_timeout_factor) | 0.05 | `(0, 1)` |
@@ -98,7 +99,7 @@ impl Election {
         let mutex = Mutex::new(nodes, Arc::clone(&listeners), target).with_settings(|s| {
             s.fencing = true;
             s.wake_on_release = true;
-            s.tries = u32::MAX;
+            s.tries = Some(u32::MAX);
         });
         Election {
             mutex,
@@ -151,6 +152,28 @@ impl Election {
         self
     }
 
+    /// How long a [campaign](Election::campaign) may wait to lead, in all; then
+    /// [`Error::WaitedOut`]. Default: no maximum (a campaign goes on until elected, see
+    /// [`with_tries`](Election::with_tries), which stays a bound too: whichever runs out first
+    /// ends it). See [`Mutex::with_max_wait`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let election = redlock.new_election("cron").with_max_wait(Duration::from_secs(30));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_max_wait(mut self, wait: Duration) -> Self {
+        self.mutex = self.mutex.with_max_wait(wait);
+        self
+    }
+
     /// How many attempts a campaign makes before it gives up with the last attempt's error.
     /// Default `u32::MAX`: in effect, until elected. See [`Mutex::with_tries`].
     ///
@@ -166,7 +189,7 @@ impl Election {
     /// ```
     #[must_use]
     pub fn with_tries(mut self, tries: u32) -> Self {
-        self.mutex = self.mutex.with_settings(|s| s.tries = tries);
+        self.mutex = self.mutex.with_settings(|s| s.tries = Some(tries));
         self
     }
 
@@ -329,7 +352,8 @@ impl Election {
     /// # Errors
     ///
     /// [`Error::Config`] (before any I/O) for invalid settings or an empty identity; after
-    /// [`with_tries`](Election::with_tries) attempts, the last one's error.
+    /// [`with_tries`](Election::with_tries) attempts, the last one's error; once the
+    /// [maximum wait](Election::with_max_wait) ran out, [`Error::WaitedOut`].
     ///
     /// # Cancel safety
     ///

@@ -25,9 +25,11 @@ pub(crate) const SUFFIXES: &[&str] = &[":leader"];
 pub(crate) const RAISE_LEAD: Script = lua!("primitives/election/raise_lead.lua");
 /// Who leads, on one node (`read_leader.lua`).
 pub(crate) const READ_LEADER: Script = lua!("primitives/election/read_leader.lua");
+/// A leader's release, which notifies whether or not a waiter marked the name (`release.lua`).
+pub(crate) const RELEASE: Script = lua!("primitives/election/release.lua");
 
 /// The election's scripts, which every node loads.
-pub(crate) const SCRIPTS: &[Script] = &[RAISE_LEAD, READ_LEADER];
+pub(crate) const SCRIPTS: &[Script] = &[RAISE_LEAD, READ_LEADER, RELEASE];
 
 /// The key of an election's record, `{<name>}:leader`: beside the name in its slot, so one
 /// script writes it with the raise on a Redis Cluster member too.
@@ -74,9 +76,17 @@ impl Target for ElectionTarget {
         self.mutex.is_script(op)
     }
 
+    /// The mutex's, but for the raise, which writes the record, and the release with notice,
+    /// which notifies the election's watchers, who leave no marks.
     fn command(&self, op: Op, delivery: Delivery, member: Member, value: &str, millis: u64) -> Cmd {
-        let Op::Raise(token) = op else {
-            return self.mutex.command(op, delivery, member, value, millis);
+        let token = match op {
+            Op::Raise(token) => token,
+            Op::Release { notify: true, .. } => {
+                return self
+                    .mutex
+                    .release_with(&RELEASE, Verb::from(delivery), member, value);
+            }
+            _ => return self.mutex.command(op, delivery, member, value, millis),
         };
         let name = &self.mutex.names()[0];
         let verb = Verb::from(delivery);
@@ -263,6 +273,8 @@ mod tests {
         assert_eq!(record_key("{user:1}:cron"), "{user:1}:cron::leader");
     }
 
+    /// The acquire and extend are the mutex's; so is the release with notice, but for its
+    /// script, which notifies whether or not a waiter marked the name (watchers leave no marks).
     #[test]
     fn everything_but_the_raise_is_the_mutex_s() {
         let mutex = MutexTarget::new("jobs".into());
@@ -272,11 +284,21 @@ mod tests {
         };
         for op in [Op::AcquireFenced, Op::Extend, release] {
             for member in [Standalone, Cluster] {
-                let ours = target().command(op, Delivery::Inline, member, "v", 8);
-                let its = mutex.command(op, Delivery::Inline, member, "v", 8);
-                assert_eq!(words(&ours), words(&its), "{op:?}");
+                let ours = words(&target().command(op, Delivery::ByDigest, member, "v", 8));
+                let its = words(&mutex.command(op, Delivery::ByDigest, member, "v", 8));
+                if op == release {
+                    assert_eq!(ours[1], RELEASE.digest());
+                    assert_eq!(ours[2..], its[2..], "{member:?}");
+                } else {
+                    assert_eq!(ours, its, "{op:?}");
+                }
             }
         }
+        assert!(
+            RELEASE
+                .text()
+                .contains("redis.call('DEL', name, KEYS[2] or name .. ':waiters')\n")
+        );
     }
 
     #[test]

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Settled, Target, Verb, channel_arg, check_prefix, publish_verb};
+use crate::engine::target::{
+    self, Settled, Target, Verb, channel_arg, check_prefix, publish_verb, waiters_key,
+};
 use crate::error::Error;
 use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
@@ -104,9 +106,20 @@ impl Target for MultiTarget {
             Op::Release { .. } => (verb.script(&RELEASE), false),
             Op::Raise(_) => (verb.script(&RAISE), true),
         };
-        // Keys per name: the name, its counter, its old counter (only a fenced acquire on a
-        // standalone server reads that one).
+        // The waiters' marks of a release with notices: none on a cluster where a name has no
+        // slot prefix, whose release there is then the plain one (see `target::waiters_key`).
+        let marks: Option<Vec<String>> = match op {
+            Op::Release { notify: true, .. } => self
+                .names
+                .iter()
+                .map(|name| waiters_key(name, member))
+                .collect(),
+            _ => None,
+        };
+        // Keys per name: the name, its counter or its mark, its old counter (only a fenced
+        // acquire on a standalone server reads that one).
         let per_name = match (fenced, op, member) {
+            (false, ..) if marks.is_some() => 2,
             (false, ..) => 1,
             (true, Op::AcquireFenced, Member::Standalone) => 3,
             (true, ..) => 2,
@@ -118,7 +131,11 @@ impl Target for MultiTarget {
         for name in &self.names {
             cmd.arg(&**name);
         }
-        if per_name > 1 {
+        if let Some(marks) = &marks {
+            for mark in marks {
+                cmd.arg(mark);
+            }
+        } else if per_name > 1 {
             for name in &self.names {
                 cmd.arg(counter_key(name));
             }
@@ -139,9 +156,9 @@ impl Target for MultiTarget {
             Op::ExtendAndRepair => {
                 cmd.arg(millis).arg("repair");
             }
-            Op::Release { notify: false, .. } => {}
+            Op::Release { .. } if marks.is_none() => {}
             // Each name's notice on its own channel, as a mutex over that name publishes it.
-            Op::Release { notify: true, .. } => {
+            Op::Release { .. } => {
                 cmd.arg(publish_verb(member));
                 for name in &self.names {
                     if let Some(channel) = channel_arg(name, member) {
@@ -333,11 +350,21 @@ mod tests {
         };
         assert_eq!(release(false, Standalone), ["3", "a", "b", "c", "v"]);
         assert_eq!(release(false, Cluster), release(false, Standalone));
-        // Each name's notice on its own channel: on a standalone server the script's default,
-        // the name's channel of today.
+        // Each name's notice on its own channel, where a waiter marked the lock: on a standalone
+        // server the script's default, the name's channel of today; the marks follow the names.
         assert_eq!(
             release(true, Standalone),
-            ["3", "a", "b", "c", "v", "PUBLISH"]
+            [
+                "6",
+                "a",
+                "b",
+                "c",
+                "a:waiters",
+                "b:waiters",
+                "c:waiters",
+                "v",
+                "PUBLISH"
+            ]
         );
         let extend = target.command(Op::Extend, Delivery::ByDigest, Standalone, "v", 5);
         assert_eq!(words(&extend)[1], EXTEND.digest());
@@ -427,9 +454,11 @@ mod tests {
         assert_eq!(
             release[2..],
             [
-                "2",
+                "4",
                 "{o}:a",
                 "{o}:b",
+                "{o}:a::waiters",
+                "{o}:b::waiters",
                 "v",
                 "SPUBLISH",
                 "redmutex:released:{o}:a:",

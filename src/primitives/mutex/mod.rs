@@ -39,7 +39,8 @@ pub(crate) use target::{
 /// | setting | default | valid |
 /// |---|---|---|
 /// | [`with_expiry`](Mutex::with_expiry) | 8 s | 1 ms to 365 days |
-/// | [`with_tries`](Mutex::with_tries) | 32 | 1 to `u32::MAX` |
+/// | [`with_tries`](Mutex::with_tries) | 32 (none with a maximum wait) | 1 to `u32::MAX` |
+/// | [`with_max_wait`](Mutex::with_max_wait) | none | any |
 /// | [`with_retry_delay`](Mutex::with_retry_delay) | random in 50..250 ms | any, `Duration::MAX` waits for ever |
 /// | [`with_drift_factor`](Mutex::with_drift_factor) | 0.01 | `[0, 1)` |
 /// | [`with_timeout_factor`](Mutex::with_timeout_factor) | 0.05 (400 ms per node at 8 s expiry) | `(0, 1)` |
@@ -47,7 +48,7 @@ pub(crate) use target::{
 /// | [`with_shuffle_nodes`](Mutex::with_shuffle_nodes) | false | |
 /// | [`with_value_fn`](Mutex::with_value_fn) | 16 random bytes (CSPRNG), base64url | not empty, no NUL |
 /// | [`with_fencing`](Mutex::with_fencing) | false | |
-/// | [`with_wake_on_release`](Mutex::with_wake_on_release) | false | |
+/// | [`with_wake_on_release`](Mutex::with_wake_on_release) | true | |
 /// | [`with_fair`](Mutex::with_fair) | false | one name, no fencing |
 ///
 /// # Errors
@@ -134,8 +135,10 @@ impl Mutex {
         self.with_settings(|s| s.expiry = expiry)
     }
 
-    /// How many attempts [`lock()`](Mutex::lock) makes before giving up. Default 32; at least 1
-    /// ([`Error::Config`] otherwise). `u32::MAX` is valid, and in effect never gives up.
+    /// How many attempts [`lock()`](Mutex::lock) makes before giving up. Default 32 (with a
+    /// [maximum wait](Mutex::with_max_wait) and no tries set, no bound: the time bounds the
+    /// wait); at least 1 ([`Error::Config`] otherwise). `u32::MAX` is valid, and in effect never
+    /// gives up.
     ///
     /// # Examples
     ///
@@ -149,18 +152,73 @@ impl Mutex {
     /// ```
     #[must_use]
     pub fn with_tries(self, tries: u32) -> Self {
-        self.with_settings(|s| s.tries = tries)
+        self.with_settings(|s| s.tries = Some(tries))
+    }
+
+    /// How long [`lock()`](Mutex::lock) may wait for the lock in all, from its call: it keeps
+    /// trying, woken by release notices or else at its retry delay, until `wait` has passed,
+    /// however many attempts that takes, and then fails with [`Error::WaitedOut`], which says how
+    /// long it waited and, through the last attempt's error, who held the name. Default: no
+    /// maximum, the tries alone bound the wait.
+    ///
+    /// The wait before an attempt ends at the deadline, and the attempt that starts then (or any
+    /// attempt that is still on its way then) is the last one, so `lock()` returns within the
+    /// maximum wait plus one attempt (a round trip to the nodes; at most the node timeout). A
+    /// release before the deadline is taken at once, as without a maximum.
+    ///
+    /// **With [`with_tries`](Mutex::with_tries)**: setting a maximum wait lifts the default of
+    /// 32 tries, so the wait is bounded by time alone; tries that were set stay a bound as well,
+    /// and whichever runs out first ends the wait (tries that run out first end it with the last
+    /// attempt's error, as without a maximum). [`try_lock`](Mutex::try_lock) makes one attempt
+    /// whatever the maximum.
+    ///
+    /// **With `tokio::time::timeout`**: a caller's timeout around `lock()` bounds it too, but
+    /// drops the future wherever it is: the attempt on its way is released in the background
+    /// (see *Cancel safety* at [`lock`](Mutex::lock)), a release just before the end is never
+    /// tried, and the error says nothing of the name (`Elapsed`). A maximum wait ends the call
+    /// between attempts, makes one last attempt at the deadline, and says who held the name. Use
+    /// the maximum wait for "wait at most 10 s", and a timeout for a bound on everything around
+    /// it (a timeout shorter than the maximum wait simply wins).
+    ///
+    /// A fair waiter ([`with_fair`](Mutex::with_fair)) leaves the line at the deadline.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use redmutex::Error;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let held = redlock.new_mutex("report").lock().await?;
+    /// let waiter = redlock.new_mutex("report").with_max_wait(Duration::from_millis(200));
+    /// let started = Instant::now();
+    /// let Err(Error::WaitedOut { waited, last }) = waiter.lock().await else {
+    ///     panic!("the lock is held throughout");
+    /// };
+    /// assert!(waited >= Duration::from_millis(200) && started.elapsed() < Duration::from_secs(2));
+    /// assert!(matches!(*last, Error::Taken { .. }));
+    /// held.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_max_wait(self, wait: Duration) -> Self {
+        self.with_settings(|s| s.max_wait = Some(wait))
     }
 
     /// Waits exactly `delay` between attempts. Default: random in 50..250 ms, which spreads
     /// competing clients apart; a fixed delay suits tests and single-contender setups.
     ///
     /// Every delay is valid. `Duration::ZERO` tries again at once (each attempt still costs a
-    /// round trip to every node). `Duration::MAX` waits for ever between attempts: with
-    /// [`with_wake_on_release`](Mutex::with_wake_on_release) or [`with_fair`](Mutex::with_fair)
-    /// only a release ends the wait, which suits a waiter that should never poll; without them
-    /// `lock()` makes one attempt and then waits until it is cancelled (say by
-    /// `tokio::time::timeout`).
+    /// round trip to every node). `Duration::MAX` waits for ever between attempts: with wake-up
+    /// on release (the default) or [`with_fair`](Mutex::with_fair) only a release ends the wait
+    /// (or the [maximum wait](Mutex::with_max_wait)), which suits a waiter that should never
+    /// poll; with [`with_wake_on_release(false)`](Mutex::with_wake_on_release) `lock()` makes one
+    /// attempt and then waits until it is cancelled (say by `tokio::time::timeout`) or its
+    /// maximum wait ran out.
     ///
     /// # Examples
     ///
@@ -334,20 +392,32 @@ impl Mutex {
     }
 
     /// Wakes waiting [`lock`](Mutex::lock) calls when the lock is released, instead of leaving
-    /// them to their retry delay. Default false. Set it on every `Mutex` of the name, holders and
-    /// waiters alike.
+    /// them to their retry delay. Default true: a waiter that set nothing is woken by the release
+    /// of a holder that set nothing, in any process. `false` opts out on both sides: the mutex's
+    /// `lock()` polls at its retry delay, and its releases notify nobody.
     ///
-    /// A release of this mutex (unlock, drop, the cleanup of a failed attempt) then also publishes
-    /// a notice on each node where it deleted the key, in the same script. A `lock()` that has to
-    /// wait listens on one shared pub/sub connection per node, opened by the [`Redlock`] when first
-    /// needed and subscribed per name only while someone waits on it (and a few seconds after). It
-    /// retries as soon as a quorum of nodes reported a release since its last attempt began. Within
-    /// one `Redlock`, one waiter per release is woken, first come first served, so a release does
-    /// not set off every waiter at once; the others keep waiting for the next release. The retry
-    /// delay stays as the fallback: a lost notice (a listener reconnecting, a node down) costs at
-    /// most one delay. Every attempt uses a value of its own, since a notice names the released
-    /// value. Needs a `Redlock` made by [`Redlock::connect`]; with connections the caller
-    /// built ([`Redlock::new`]) there is nothing to open listeners with, and waiters poll.
+    /// A `lock()` that has to wait listens on one shared pub/sub connection per node, opened by
+    /// the [`Redlock`] when first needed and subscribed per name only while someone waits on it
+    /// (and a few seconds after), and marks the name as waited for with each of its attempts (a
+    /// short-lived key beside the name, see [keys and notice channels](crate::guide::keys)). A
+    /// release (unlock, drop, the cleanup of a failed attempt) deletes the mark with the key, in
+    /// the same script, and publishes a notice only where it found one: a release nobody waits
+    /// for costs a node one more key in its `DEL` and sends nothing. A waiter retries as soon as
+    /// a quorum of nodes reported a release since its last attempt began. Within one `Redlock`,
+    /// one waiter per release is woken, first come first served, so a release does not set off
+    /// every waiter at once; the others keep waiting for the next release. The retry delay stays
+    /// as the fallback: a lost notice (a listener reconnecting, a node down, a lock that expired
+    /// instead of being released) costs at most one delay. Every attempt of a waiting call uses a
+    /// value of its own, since a notice names the released value. Needs a `Redlock` made by
+    /// [`Redlock::connect`]; with connections the caller built ([`Redlock::new`]) there is
+    /// nothing to open listeners with, and waiters poll (unmarked).
+    ///
+    /// **Older clients.** Releases of redmutex before this default never look for a mark: an
+    /// older holder that did not set `with_wake_on_release(true)` notifies nobody (waiters poll),
+    /// one that did notifies on every release. An older waiter never marks the name: it is woken
+    /// by a release of this version only while a waiter of this version waits too, and otherwise
+    /// polls, as it did with a holder that did not publish. Other Redlock libraries on the name
+    /// notify nobody. Nothing of this touches exclusion: notices are hints.
     ///
     /// # Examples
     ///
@@ -362,7 +432,6 @@ impl Mutex {
     /// // A long retry delay: only the release notice can wake the waiter early.
     /// let mutex = redlock
     ///     .new_mutex("printer")
-    ///     .with_wake_on_release(true)
     ///     .with_retry_delay(Duration::from_secs(60));
     /// let held = mutex.lock().await?;
     /// let waiter = tokio::spawn({
@@ -375,6 +444,8 @@ impl Mutex {
     /// let next = waiter.await??;
     /// assert!(released.elapsed() < Duration::from_secs(30));
     /// next.unlock().await?;
+    /// // Polling instead:
+    /// let polling = redlock.new_mutex("printer").with_wake_on_release(false);
     /// # Ok(())
     /// # }
     /// ```
@@ -385,9 +456,10 @@ impl Mutex {
 
     /// Serves waiting [`lock`](Mutex::lock) calls of every client in the order they began to
     /// wait, and hands the lock from each holder straight to the next. Default false. Implies
-    /// [`with_wake_on_release(true)`](Mutex::with_wake_on_release). Set it on every `Mutex` of the
-    /// name: a plain mutex on the name still excludes fair ones and is excluded by them, but does
-    /// not wait in line, so it may take the lock ahead of the line whenever it finds it free.
+    /// [`with_wake_on_release(true)`](Mutex::with_wake_on_release), whatever was set. Set it on
+    /// every `Mutex` of the name: a plain mutex on the name still excludes fair ones and is
+    /// excluded by them, but does not wait in line, so it may take the lock ahead of the line
+    /// whenever it finds it free.
     ///
     /// Every node keeps a line of waiters for the name, ordered by tickets that all nodes order the
     /// same way. A waiter joins with the attempt that finds the lock held (no extra round trip),
@@ -596,16 +668,21 @@ impl Mutex {
         self.resource.settings().expiry
     }
 
-    /// Acquires the lock, retrying up to `tries` attempts with the retry delay between them.
+    /// Acquires the lock, retrying up to `tries` attempts (or for the
+    /// [maximum wait](Mutex::with_max_wait)), woken by the holder's release or else at the retry
+    /// delay between them.
     ///
     /// Each attempt sends `SET name value NX PX expiry` to every node at once (each call bounded by
     /// the node timeout) and succeeds when a quorum said OK and validity is left. A multi-name
     /// mutex sends one script per node instead, which sets every name or none. A failed attempt is
     /// released on every node, including those that erred or timed out, before the next one.
+    /// Once a call has to wait, its attempts also mark the name as waited for, so that the
+    /// holder's release notifies it (see [`with_wake_on_release`](Mutex::with_wake_on_release)).
     ///
     /// # Errors
     ///
     /// The last attempt's error: [`Error::Taken`], [`Error::Expired`] or [`Error::NoQuorum`];
+    /// [`Error::WaitedOut`] (with that error) when the maximum wait ran out first;
     /// [`Error::Config`] (before any I/O) for invalid settings.
     ///
     /// # Cancel safety

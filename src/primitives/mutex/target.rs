@@ -14,9 +14,10 @@ use std::sync::{Arc, OnceLock};
 use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Channels, Settled, Target, Verb, beside};
+use crate::engine::target::{self, Channels, Settled, Target, Verb, beside, waiters_key};
 use crate::error::Error;
 use crate::nodes::Member;
+use crate::nodes::listener::grant_channel;
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
@@ -111,35 +112,36 @@ impl MutexTarget {
                 cmd
             }
             Op::Release { hand_off: true, .. } => {
-                let notices = self.notices(member);
-                line::release(verb, name, self.line_keys(), value, notices)
+                // A fair mutex's name has a slot prefix (`check_beside`), hence a mark.
+                let cluster = match (member, waiters_key(name, member), self.notices(member)) {
+                    (Member::Cluster, Some(mark), Some(notices)) => Some((mark, notices)),
+                    _ => None,
+                };
+                let cluster = cluster
+                    .as_ref()
+                    .map(|(mark, notices)| (self.line_keys(), mark.as_str(), *notices));
+                line::release(verb, name, value, cluster)
             }
-            Op::Round { ticket } => {
+            Op::Round { ticket, client } => {
                 let notices = self.notices(member);
-                line::round(verb, name, self.line_keys(), value, millis, ticket, notices)
+                let mark = waiters_key(name, member).unwrap_or_default();
+                let grants = grant_channel(name, client).unwrap_or_default();
+                let keys = self.line_keys();
+                line::round(
+                    verb,
+                    name,
+                    keys,
+                    &mark,
+                    (value, millis, ticket),
+                    &grants,
+                    notices,
+                )
             }
             Op::Release { notify: false, .. } => {
                 script_cmd(verb.script(&RELEASE), verb, name, value, None)
             }
             Op::Release { notify: true, .. } => {
-                let script = verb.script(&RELEASE_NOTIFY);
-                match self.notices(member) {
-                    None => script_cmd(script, verb, name, value, None),
-                    Some((publish, channel)) => {
-                        let mut cmd = Cmd::with_capacity(
-                            7,
-                            48 + script.len() + name.len() + value.len() + channel.len(),
-                        );
-                        cmd.arg(verb.word())
-                            .arg(script)
-                            .arg(1)
-                            .arg(&**name)
-                            .arg(value)
-                            .arg(publish)
-                            .arg(channel);
-                        cmd
-                    }
-                }
+                self.release_with(&RELEASE_NOTIFY, verb, member, value)
             }
             Op::AcquireFenced => {
                 let script = verb.script(&ACQUIRE_FENCED);
@@ -147,6 +149,50 @@ impl MutexTarget {
                 fenced_cmd(script, verb, name, legacy, value, millis)
             }
             Op::Raise(token) => fenced_cmd(verb.script(&RAISE), verb, name, false, value, token),
+        }
+    }
+}
+
+impl MutexTarget {
+    /// A release by `script`, which takes the arguments of `release_notify.lua`: on a standalone
+    /// server the name and the value alone (the script makes the waiters' mark from the name);
+    /// on a cluster also the mark, the command and the channel. A name without a slot prefix has
+    /// no mark and no channel on a cluster (see `target::waiters_key`): there its release is the
+    /// plain one, and its waiters poll.
+    pub(crate) fn release_with(
+        &self,
+        script: &Script,
+        verb: Verb,
+        member: Member,
+        value: &str,
+    ) -> Cmd {
+        let name = &self.name[0];
+        let notices = self.notices(member);
+        let mark = match member {
+            Member::Standalone => None,
+            Member::Cluster => match waiters_key(name, member) {
+                Some(mark) => Some(mark),
+                None => return script_cmd(verb.script(&RELEASE), verb, name, value, None),
+            },
+        };
+        let script = verb.script(script);
+        match (mark, notices) {
+            (Some(mark), Some((publish, channel))) => {
+                let mut cmd = Cmd::with_capacity(
+                    8,
+                    48 + script.len() + name.len() + mark.len() + value.len() + channel.len(),
+                );
+                cmd.arg(verb.word())
+                    .arg(script)
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(mark)
+                    .arg(value)
+                    .arg(publish)
+                    .arg(channel);
+                cmd
+            }
+            _ => script_cmd(script, verb, name, value, None),
         }
     }
 }
@@ -380,8 +426,9 @@ mod tests {
     }
 
     /// A release notice goes out with `SPUBLISH` on the sharded channel in the name's slot on a
-    /// cluster, both passed as arguments; a standalone server gets the request it got before (the
-    /// scripts default to `PUBLISH` on the name's channel of today).
+    /// cluster, both passed as arguments with the waiters' mark beside the name; a standalone
+    /// server gets the arguments of a plain release (the script makes the mark from the name and
+    /// defaults to `PUBLISH` on the name's channel of today).
     #[test]
     fn notices_go_out_as_the_member_takes_them() {
         let target = mutex("n");
@@ -397,37 +444,71 @@ mod tests {
         let cluster = target.command(notify, Delivery::Inline, Cluster, "v", 8);
         assert_eq!(
             words(&cluster)[2..],
-            ["1", "n", "v", "SPUBLISH", "redmutex:released:{n}"]
-        );
-        // The fair line's release and round publish grants the same way.
-        let hand_off = Op::Release {
-            notify: true,
-            hand_off: true,
-        };
-        let release = target.command(hand_off, Delivery::ByDigest, Cluster, "v", 8);
-        assert_eq!(
-            words(&release)[2..],
             [
-                "4",
+                "2",
                 "n",
-                "{n}:line",
-                "{n}:line:until",
-                "{n}:ticket",
+                "{n}:waiters",
                 "v",
                 "SPUBLISH",
                 "redmutex:released:{n}"
             ]
         );
-        let release = target.command(hand_off, Delivery::ByDigest, Standalone, "v", 8);
-        assert_eq!(words(&release)[7..], ["v"]);
-        let round = |member| {
-            let round = target.command(Op::Round { ticket: 3 }, Delivery::ByDigest, member, "v", 8);
-            words(&round)[7..].to_vec()
+        assert!(
+            RELEASE_NOTIFY
+                .text()
+                .contains("KEYS[2] or name .. ':waiters'")
+        );
+        // A name without a slot prefix has no mark on a cluster: a plain release there.
+        let cluster = mutex("a}b").command(notify, Delivery::ByDigest, Cluster, "v", 8);
+        assert_eq!(words(&cluster)[1..], [RELEASE.digest(), "1", "a}b", "v"]);
+        // The fair line's release and round publish grants the same way, to the head's client's
+        // channel where the line knows it. On a standalone server the release is the request of a
+        // plain release with notice (the script makes the line's keys from the name).
+        let hand_off = Op::Release {
+            notify: true,
+            hand_off: true,
         };
-        assert_eq!(round(Standalone), ["v", "8", "3"]);
+        let release = target.command(hand_off, Delivery::ByDigest, Cluster, "v", 8);
+        let line = [
+            "n",
+            "{n}:line",
+            "{n}:line:until",
+            "{n}:ticket",
+            "{n}:waiters",
+            "{n}:line:to",
+        ];
+        assert_eq!(words(&release)[2], "6");
+        assert_eq!(words(&release)[3..9], line);
         assert_eq!(
-            round(Cluster),
-            ["v", "8", "3", "SPUBLISH", "redmutex:released:{n}"]
+            words(&release)[9..],
+            ["v", "SPUBLISH", "redmutex:released:{n}"]
+        );
+        let release = target.command(hand_off, Delivery::ByDigest, Standalone, "v", 8);
+        assert_eq!(words(&release)[2..], ["1", "n", "v"]);
+        let round = |member| {
+            let op = Op::Round {
+                ticket: 3,
+                client: 0xc0ffee,
+            };
+            words(&target.command(op, Delivery::ByDigest, member, "v", 8))
+        };
+        let grants = "redmutex:granted:{n}:0000000000c0ffee";
+        assert_eq!(
+            round(Standalone)[3..9],
+            [
+                "n",
+                "{n}:line",
+                "{n}:line:until",
+                "{n}:ticket",
+                "n:waiters",
+                "{n}:line:to"
+            ]
+        );
+        assert_eq!(round(Standalone)[9..], ["v", "8", "3", grants]);
+        assert_eq!(round(Cluster)[3..9], line);
+        assert_eq!(
+            round(Cluster)[9..],
+            ["v", "8", "3", grants, "SPUBLISH", "redmutex:released:{n}"]
         );
     }
 

@@ -75,9 +75,9 @@ pub(crate) use target::{NEEDS, ReadTarget, SCRIPTS, SUFFIXES, WriteTarget, mark_
 ///
 /// # Wake-up on release
 ///
-/// With [`with_wake_on_release(true)`](RwLock::with_wake_on_release), a writer's release and the
-/// last reader's release (the one that frees the name) publish a release notice for the name,
-/// and waiting readers and writers wake on it.
+/// On by default ([`with_wake_on_release`](RwLock::with_wake_on_release)): a writer's release
+/// and the last reader's release (the one that frees the name) publish a release notice for the
+/// name where a waiting reader or writer marked it, and waiting readers and writers wake on it.
 ///
 /// # Examples
 ///
@@ -184,6 +184,27 @@ impl RwLock {
         self.with_settings(|s| s.metrics_label = Some(label))
     }
 
+    /// How long [`read()`](RwLock::read) and [`write()`](RwLock::write) may wait in all, however
+    /// many attempts that takes; then [`Error::WaitedOut`]. Default: no maximum. See
+    /// [`Mutex::with_max_wait`], also for how it combines with the tries and with a caller's
+    /// timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let rwlock = redlock.new_rwlock("report").with_max_wait(Duration::from_secs(10));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_max_wait(self, wait: Duration) -> Self {
+        self.with_settings(|s| s.max_wait = Some(wait))
+    }
+
     /// How many attempts [`read()`](RwLock::read) and [`write()`](RwLock::write) make. Default 32;
     /// see [`Mutex::with_tries`].
     ///
@@ -199,7 +220,7 @@ impl RwLock {
     /// ```
     #[must_use]
     pub fn with_tries(self, tries: u32) -> Self {
-        self.with_settings(|s| s.tries = tries)
+        self.with_settings(|s| s.tries = Some(tries))
     }
 
     /// Waits exactly `delay` between attempts. Default: random in 50..250 ms. Every delay is
@@ -328,9 +349,9 @@ impl RwLock {
         self
     }
 
-    /// Wakes waiting readers and writers when the name is released. Default false; see
-    /// [`Mutex::with_wake_on_release`]. The name is released by a writer's release, and by the
-    /// release of the last reader.
+    /// Wakes waiting readers and writers when the name is released. Default true; `false` opts
+    /// out (see [`Mutex::with_wake_on_release`]). The name is released by a writer's release,
+    /// and by the release of the last reader.
     ///
     /// # Examples
     ///
@@ -338,7 +359,7 @@ impl RwLock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
     /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
-    /// let rwlock = redlock.new_rwlock("report").with_wake_on_release(true);
+    /// let rwlock = redlock.new_rwlock("report").with_wake_on_release(false); // polls
     /// # Ok(())
     /// # }
     /// ```

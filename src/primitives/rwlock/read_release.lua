@@ -1,6 +1,7 @@
 -- Read release: KEYS[1] = name, KEYS[2] = its readers; ARGV[1] = value and, to publish a release
--- notice when the name is freed, ARGV[2] = the command that publishes and (on a cluster) ARGV[3] =
--- the channel, as for the mutex's release_notify.lua. Removes our entry.
+-- notice when the name is freed where a waiter marked it, KEYS[3] = the waiters' mark, ARGV[2] =
+-- the command that publishes and (on a cluster) ARGV[3] = the channel, as for the mutex's
+-- release_notify.lua. Removes our entry.
 --
 -- When no live entry is left, deletes the marker and the set (expired entries with it), which
 -- frees the name; otherwise sweeps the expired entries (as read_acquire.lua does among readers, and
@@ -23,7 +24,7 @@ if not live or freed or score > latest then
   if current == 'redmutex:readers' then
     if freed then
       redis.call('DEL', KEYS[1], KEYS[2])
-      if ARGV[2] then
+      if KEYS[3] and redis.call('DEL', KEYS[3]) == 1 then
         redis.call(ARGV[2], ARGV[3] or 'redmutex:released:' .. KEYS[1], ARGV[1])
       end
     elseif score and score > latest then

@@ -12,7 +12,9 @@ use redis::{Cmd, Pipeline, Value};
 
 use crate::engine::quorum::whole_millis;
 use crate::engine::request::{Delivery, Op};
-use crate::engine::target::{self, Channels, Settled, Target, Verb, beside, check_prefix};
+use crate::engine::target::{
+    self, Channels, Settled, Target, Verb, beside, check_prefix, waiters_key,
+};
 use crate::engine::value::READERS_MARKER;
 use crate::error::Error;
 use crate::nodes::Member;
@@ -157,13 +159,18 @@ impl Target for ReadTarget {
                     .arg(millis);
             }
             Op::Release { notify, .. } => {
+                // A name that can be read has a slot prefix (`check` asks), hence a mark.
+                let mark = waiters_key(name, member).filter(|_| notify);
                 cmd.arg(verb.word())
                     .arg(verb.script(&READ_RELEASE))
-                    .arg(2)
+                    .arg(2 + usize::from(mark.is_some()))
                     .arg(&**name)
-                    .arg(&*beside.readers)
-                    .arg(value);
-                if notify {
+                    .arg(&*beside.readers);
+                if let Some(mark) = &mark {
+                    cmd.arg(mark);
+                }
+                cmd.arg(value);
+                if mark.is_some() {
                     let (publish, channel) = self.channels.get(name, member);
                     cmd.arg(publish);
                     if let Some(channel) = channel {
@@ -503,15 +510,16 @@ mod tests {
         let cmd = read.command(op, Delivery::ByDigest, Standalone, "v", 8000);
         assert_eq!(
             words(&cmd)[2..],
-            ["2", "{t}x", "{t}x::readers", "v", "PUBLISH"]
+            ["3", "{t}x", "{t}x::readers", "{t}x:waiters", "v", "PUBLISH"]
         );
         let cmd = read.command(op, Delivery::ByDigest, Cluster, "v", 8000);
         assert_eq!(
             words(&cmd)[2..],
             [
-                "2",
+                "3",
                 "{t}x",
                 "{t}x::readers",
+                "{t}x::waiters",
                 "v",
                 "SPUBLISH",
                 "redmutex:released:{t}x:"

@@ -48,7 +48,7 @@ pub(crate) use target::{ACQUIRE, NEEDS, PermitsTarget, SCRIPTS};
 /// # Default
 ///
 /// As for a [`Mutex`]: expiry 8 s, 32 tries, a retry delay random in 50..250 ms, drift factor
-/// 0.01, timeout factor 0.05, no fail-fast, no wake-up on release, nodes in order, random values.
+/// 0.01, timeout factor 0.05, no fail-fast, wake-up on release, nodes in order, random values.
 /// A semaphore hands out no fencing tokens ([`Lock::token`] is `None`): tokens order one holder
 /// after the next, and a semaphore's holders hold side by side, so a resource could not tell a
 /// stale holder by its smaller token. Nor does it wait in a fair line ([`Mutex::with_fair`]) yet:
@@ -155,6 +155,27 @@ impl Semaphore {
     #[must_use]
     pub fn with_metrics_label(self, label: &'static str) -> Self {
         self.with(|m| m.with_metrics_label(label))
+    }
+
+    /// How long [`acquire()`](Semaphore::acquire) may wait for a permit in all, however many
+    /// attempts that takes; then [`Error::WaitedOut`]. Default: no maximum. See
+    /// [`Mutex::with_max_wait`], also for how it combines with the tries and with a caller's
+    /// timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// use std::time::Duration;
+    /// let workers = redlock.new_semaphore("workers", 4).with_max_wait(Duration::from_secs(10));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_max_wait(self, wait: Duration) -> Self {
+        self.with(|m| m.with_max_wait(wait))
     }
 
     /// How many attempts [`acquire()`](Semaphore::acquire) makes before giving up. Default 32; at
@@ -293,8 +314,8 @@ impl Semaphore {
     }
 
     /// Wakes waiting [`acquire`](Semaphore::acquire) calls when a permit is given back, instead of
-    /// leaving them to their retry delay (see [`Mutex::with_wake_on_release`]). Default false. Set
-    /// it on every `Semaphore` of the name, holders and waiters alike.
+    /// leaving them to their retry delay (see [`Mutex::with_wake_on_release`]). Default true;
+    /// `false` opts out: its waiters poll, and its releases notify nobody.
     ///
     /// # Examples
     ///
@@ -302,7 +323,7 @@ impl Semaphore {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
     /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
-    /// let workers = redlock.new_semaphore("workers", 4).with_wake_on_release(true);
+    /// let workers = redlock.new_semaphore("workers", 4).with_wake_on_release(false); // polls
     /// # Ok(())
     /// # }
     /// ```
@@ -444,8 +465,8 @@ impl Semaphore {
     /// The last attempt's error: [`Error::Taken`] when so many nodes are full that a quorum is out
     /// of reach (all permits are held), [`Error::Expired`], or [`Error::NoQuorum`] (nodes down,
     /// or refusing: a node holding the permits of another count, or the name of a mutex, says so
-    /// in the listed node errors); [`Error::Config`] (before any I/O) for invalid settings or zero
-    /// permits.
+    /// in the listed node errors); [`Error::WaitedOut`] (with that error) when the maximum wait
+    /// ran out first; [`Error::Config`] (before any I/O) for invalid settings or zero permits.
     ///
     /// # Cancel safety
     ///

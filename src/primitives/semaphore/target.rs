@@ -9,7 +9,7 @@ use redis::Cmd;
 use crate::engine::quorum::permit_quorum;
 use crate::engine::request::{Delivery, Op};
 use crate::engine::tally::Tally;
-use crate::engine::target::{self, Channels, Target, Verb};
+use crate::engine::target::{self, Channels, Target, Verb, waiters_key};
 use crate::error::Error;
 use crate::nodes::Member;
 use crate::nodes::script::{Script, lua};
@@ -117,13 +117,23 @@ impl Target for PermitsTarget {
                 semaphore_cmd(verb.script(&EXTEND), verb, name, value, &[millis])
             }
             Op::Release { notify, .. } => {
-                let mut cmd = semaphore_cmd(verb.script(&RELEASE), verb, name, value, &[]);
-                if notify {
-                    let (publish, channel) = self.channels.get(name, member);
-                    cmd.arg(publish);
-                    if let Some(channel) = channel {
-                        cmd.arg(channel);
-                    }
+                let script = verb.script(&RELEASE);
+                // None on a cluster for a name without a slot prefix: its waiters poll there.
+                let Some(mark) = waiters_key(name, member).filter(|_| notify) else {
+                    return semaphore_cmd(script, verb, name, value, &[]);
+                };
+                let (publish, channel) = self.channels.get(name, member);
+                let mut cmd =
+                    Cmd::with_capacity(8, 64 + script.len() + 2 * name.len() + value.len());
+                cmd.arg(verb.word())
+                    .arg(script)
+                    .arg(2)
+                    .arg(&**name)
+                    .arg(mark)
+                    .arg(value)
+                    .arg(publish);
+                if let Some(channel) = channel {
+                    cmd.arg(channel);
                 }
                 cmd
             }
@@ -181,11 +191,18 @@ mod tests {
         assert_eq!(release(false, Cluster), release(false, Standalone));
         assert_eq!(
             release(true, Standalone)[2..],
-            ["1", "jobs", "v", "PUBLISH"]
+            ["2", "jobs", "jobs:waiters", "v", "PUBLISH"]
         );
         assert_eq!(
             release(true, Cluster)[2..],
-            ["1", "jobs", "v", "SPUBLISH", "redmutex:released:{jobs}"]
+            [
+                "2",
+                "jobs",
+                "{jobs}:waiters",
+                "v",
+                "SPUBLISH",
+                "redmutex:released:{jobs}"
+            ]
         );
         assert!(target.is_script(Op::Acquire));
     }

@@ -15,5 +15,6 @@ local function head_of_line()
     if left >= 1 then return head[1], tonumber(head[2]), left end
     redis.call('ZREM', KEYS[2], head[1])
     redis.call('ZREM', KEYS[3], head[1])
+    redis.call('HDEL', KEYS[6], head[1])
   end
 end

@@ -70,7 +70,7 @@
 pub(crate) mod scripts;
 mod standing;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::engine::delay::FOREVER;
 use crate::engine::quorum::validity;
@@ -82,6 +82,7 @@ use crate::waiting::hub::{Subscribing, Turn};
 use crate::waiting::listeners::Listeners;
 
 use super::Resume;
+use super::wait::until;
 use scripts::{TICKET_LIMIT, fingerprint};
 use standing::{Next, Standing, replies};
 
@@ -100,9 +101,12 @@ pub(crate) struct FairWait<'a> {
     subscribing: Option<Subscribing>,
     /// The fingerprint of the value of the current (or next) round: grant notices name us by it.
     fingerprint: String,
-    /// When the call stops waiting: as long as a polling `lock()` would wait between its tries.
-    /// Drawn when first needed: a plain entry that gets the lock never needs it.
+    /// When the call stops waiting: as long as a polling `lock()` would wait between its tries,
+    /// and no later than its maximum wait. Drawn when first needed: a plain entry that gets the
+    /// lock never needs it.
     gives_up_at: Option<Instant>,
+    /// The end of the call's maximum wait, if it has one.
+    deadline: Option<Instant>,
     /// When the call began, and how many tries it has: what `gives_up_at` is drawn from.
     began: Instant,
     tries: u32,
@@ -129,6 +133,7 @@ impl<'a> FairWait<'a> {
         listeners: &'a Listeners,
         plan: &'a Plan,
         tries: u32,
+        deadline: Option<Instant>,
     ) -> FairWait<'a> {
         let nodes = resource.nodes().len();
         let now = Instant::now();
@@ -142,6 +147,7 @@ impl<'a> FairWait<'a> {
             subscribing: None,
             fingerprint: String::new(),
             gives_up_at: None,
+            deadline,
             began: now,
             tries,
             last_round: now,
@@ -180,7 +186,10 @@ impl<'a> FairWait<'a> {
             Some(ticket) => ticket,
             None => self.heard(0).saturating_add(1).min(TICKET_LIMIT),
         };
-        Op::Round { ticket }
+        Op::Round {
+            ticket,
+            client: self.listeners.client(),
+        }
     }
 
     /// The highest ticket this client heard of for the name, counting `seen`.
@@ -227,12 +236,17 @@ impl<'a> FairWait<'a> {
         Instant::now() >= self.gives_up_at()
     }
 
-    /// When the call stops waiting, drawn on first use.
+    /// When the call stops waiting, drawn on first use: where only a maximum wait bounds the
+    /// call (its tries are `u32::MAX`), the delays are not drawn at all.
     fn gives_up_at(&mut self) -> Instant {
-        let (plan, tries, began) = (self.plan, self.tries, self.began);
+        let (plan, tries, began, deadline) = (self.plan, self.tries, self.began, self.deadline);
         *self.gives_up_at.get_or_insert_with(|| {
-            let budget: Duration = plan.retry_delays_total(tries.saturating_sub(1));
-            began + budget.min(FOREVER)
+            let budget = match (tries, deadline) {
+                (u32::MAX, Some(_)) => FOREVER,
+                _ => plan.retry_delays_total(tries.saturating_sub(1)),
+            };
+            let end = began + budget.min(FOREVER);
+            deadline.map_or(end, |deadline| end.min(deadline))
         })
     }
 
@@ -245,7 +259,7 @@ impl<'a> FairWait<'a> {
             Next::Align => return Resume::Attempt,
             Next::Retreat => {
                 let delay = self.plan.retry_delay_after(1);
-                tokio::time::sleep(delay).await;
+                tokio::time::sleep_until(until(delay, self.deadline)).await;
                 return Resume::Attempt;
             }
             Next::Wait => {}
@@ -271,8 +285,7 @@ impl<'a> FairWait<'a> {
                 // No listeners (connections the caller built): nobody tells us of a hand-off,
                 // so a round every retry delay finds it.
                 let delay = self.plan.retry_delay_after(1);
-                let poll = tokio::time::Instant::now() + delay.min(FOREVER);
-                tokio::time::sleep_until(due.min(poll)).await;
+                tokio::time::sleep_until(due.min(until(delay, self.deadline))).await;
                 return Resume::Attempt;
             };
             tokio::select! {

@@ -34,7 +34,7 @@ use crate::nodes::version::{Needs, Version};
 pub(crate) const NEEDS: Needs = Needs::new("fair mutexes", Version::new(5, 0, 0), "5.0");
 
 /// The suffixes of the line's keys beside a name (see [`LineKeys`]).
-pub(crate) const SUFFIXES: &[&str] = &[":line", ":line:until", ":ticket"];
+pub(crate) const SUFFIXES: &[&str] = &[":line", ":line:until", ":ticket", ":line:to"];
 
 /// The line's scripts, which every node loads.
 pub(crate) const SCRIPTS: &[Script] = &[ROUND, RELEASE];
@@ -58,11 +58,14 @@ pub(crate) const GRANT_MARK: u8 = 0;
 /// line (`waiting/fair/release.lua`).
 pub(crate) const RELEASE: Script = lua!("waiting/fair/release.lua");
 
-/// The keys of a name's fair line: `{<name>}:line`, `{<name>}:line:until` and `{<name>}:ticket`.
+/// The keys of a name's fair line: `{<name>}:line`, `{<name>}:line:until`, `{<name>}:ticket` and
+/// `{<name>}:line:to` (where each waiter's grant goes: its client's channel, see
+/// `nodes::listener::grant_channel`).
 pub(crate) struct LineKeys {
     line: String,
     until: String,
     ticket: String,
+    to: String,
 }
 
 impl LineKeys {
@@ -71,56 +74,61 @@ impl LineKeys {
             line: beside(name, ":line"),
             until: beside(name, ":line:until"),
             ticket: beside(name, ":ticket"),
+            to: beside(name, ":line:to"),
         }
     }
 }
 
-/// A fair waiter's round on `name` (see `round.lua`), whose hand-off publishes a grant notice
-/// with `notices` (the command and the channel, where the member needs them: see
-/// `engine::target::channel_arg`).
+/// A fair waiter's round on `name` (see `round.lua`), with the waiters' `mark` of the member it
+/// goes to (see `engine::target::waiters_key`), whose grants go to `grants` (its client's
+/// channel), and whose hand-off to a waiter without one publishes with `notices` (the command and
+/// the channel, where the member needs them: see `engine::target::channel_arg`).
 pub(crate) fn round(
     verb: Verb,
     name: &str,
     keys: &LineKeys,
-    value: &str,
-    millis: u64,
-    ticket: u64,
+    mark: &str,
+    (value, millis, ticket): (&str, u64, u64),
+    grants: &str,
     notices: Option<(&str, &str)>,
 ) -> Cmd {
     let (millis, ticket) = (millis.to_string(), ticket.to_string());
+    let script = verb.script(&ROUND);
     match notices {
         None => line_cmd(
-            verb.script(&ROUND),
+            script,
             verb,
             name,
-            keys,
-            &[value, &millis, &ticket],
+            (keys, mark),
+            &[value, &millis, &ticket, grants],
         ),
         Some((publish, channel)) => {
-            let args = [value, &millis, &ticket, publish, channel];
-            line_cmd(verb.script(&ROUND), verb, name, keys, &args)
+            let args = [value, &millis, &ticket, grants, publish, channel];
+            line_cmd(script, verb, name, (keys, mark), &args)
         }
     }
 }
 
-/// A fair mutex's release, which hands the lock to the head of the line (see `release.lua`),
-/// publishing with `notices` as [`round`] does.
+/// A fair mutex's release, which hands the lock to the head of the line (see `release.lua`). On
+/// a standalone server (`cluster` is `None`) the request of a plain release with notice, the name
+/// and the value alone: the script makes the rest from the name where it needs them. On a cluster
+/// the line's keys and the waiters' mark, and the command and channel of notices.
 pub(crate) fn release(
     verb: Verb,
     name: &str,
-    keys: &LineKeys,
     value: &str,
-    notices: Option<(&str, &str)>,
+    cluster: Option<(&LineKeys, &str, (&str, &str))>,
 ) -> Cmd {
-    match notices {
-        None => line_cmd(verb.script(&RELEASE), verb, name, keys, &[value]),
-        Some((publish, channel)) => line_cmd(
-            verb.script(&RELEASE),
-            verb,
-            name,
-            keys,
-            &[value, publish, channel],
-        ),
+    let script = verb.script(&RELEASE);
+    match cluster {
+        None => {
+            let mut cmd = Cmd::with_capacity(5, 32 + script.len() + name.len() + value.len());
+            cmd.arg(verb.word()).arg(script).arg(1).arg(name).arg(value);
+            cmd
+        }
+        Some((keys, mark, (publish, channel))) => {
+            line_cmd(script, verb, name, (keys, mark), &[value, publish, channel])
+        }
     }
 }
 
@@ -135,16 +143,24 @@ pub(crate) fn entry(set: Cmd, keys: &LineKeys) -> Pipeline {
     pipeline
 }
 
-/// A script over the lock key and its fair line.
-fn line_cmd(script: &str, verb: Verb, name: &str, keys: &LineKeys, args: &[&str]) -> Cmd {
-    let mut cmd = Cmd::with_capacity(7 + args.len(), 128 + script.len() + 5 * name.len());
+/// A script over the lock key, its fair line and the waiters' mark.
+fn line_cmd(
+    script: &str,
+    verb: Verb,
+    name: &str,
+    (keys, mark): (&LineKeys, &str),
+    args: &[&str],
+) -> Cmd {
+    let mut cmd = Cmd::with_capacity(9 + args.len(), 160 + script.len() + 7 * name.len());
     cmd.arg(verb.word())
         .arg(script)
-        .arg(4)
+        .arg(6)
         .arg(name)
         .arg(&keys.line)
         .arg(&keys.until)
-        .arg(&keys.ticket);
+        .arg(&keys.ticket)
+        .arg(mark)
+        .arg(&keys.to);
     for arg in args {
         cmd.arg(*arg);
     }

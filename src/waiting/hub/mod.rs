@@ -22,7 +22,7 @@ mod place;
 mod turn;
 mod watcher;
 
-use crate::nodes::listener::{Command, NoticeSink};
+use crate::nodes::listener::{Command, NoticeSink, Topic};
 use crate::waiting::fair::scripts::GRANT_MARK;
 pub(crate) use place::Place;
 pub(crate) use turn::Turn;
@@ -70,6 +70,9 @@ struct Waiters {
     idle_since: Option<Instant>,
     /// The name's subscription: a notice published before it is in place is lost.
     subscription: Subscribing,
+    /// The subscription to the fair line's grants of the name to this client (see
+    /// `nodes::listener::grant_channel`), made by the first fair waiter.
+    grants: Option<Subscribing>,
     /// Those told of every notice, who take no turn (see [`Watcher`]).
     watchers: Vec<WaiterId>,
 }
@@ -112,6 +115,7 @@ impl Waiters {
             latest_ticket: 0,
             idle_since: None,
             subscription,
+            grants: None,
             watchers: Vec::new(),
         }
     }
@@ -163,7 +167,7 @@ impl Hub {
         subscribing: &mut Option<Subscribing>,
     ) -> &'s mut Waiters {
         let waiters = state.names.entry(Arc::clone(name)).or_insert_with(|| {
-            let subscription = self.subscribe(name);
+            let subscription = self.subscribe(Topic::Notices(Arc::clone(name)));
             *subscribing = Some(subscription.clone());
             Waiters::new(self.nodes, self.quorum, subscription)
         });
@@ -200,10 +204,11 @@ impl Hub {
     }
 
     /// Registers a fair waiter of `name`, named by `fingerprint` in hand-off notices, and
-    /// subscribes like [`join`](Hub::join). Unlike `join`, it returns the subscription to every
-    /// waiter that comes while it is on its way, not only to the one that started it: a hand-off
-    /// to any of them may have been published before the nodes listened, and only a fair waiter's
-    /// next round, a third of the expiry later, would find it.
+    /// subscribes like [`join`](Hub::join), to the name's grants to this client too. Unlike
+    /// `join`, it returns the subscriptions to every waiter that comes while they are on their
+    /// way, not only to the one that started them: a hand-off to any of them may have been
+    /// published before the nodes listened, and only a fair waiter's next round, a third of the
+    /// expiry later, would find it.
     pub(crate) fn take_turn(
         self: &Arc<Self>,
         name: &Arc<str>,
@@ -214,9 +219,15 @@ impl Hub {
         let (id, wake) = state.new_waiter();
         let mut subscribing = None;
         let waiters = self.waiters(&mut state, name, &mut subscribing);
-        if subscribing.is_none() && !waiters.subscription.is_confirmed() {
-            subscribing = Some(waiters.subscription.clone());
-        }
+        let grants = waiters
+            .grants
+            .get_or_insert_with(|| self.subscribe(Topic::Grants(Arc::clone(name))))
+            .clone();
+        let pending: Vec<Subscribing> = [waiters.subscription.clone(), grants]
+            .into_iter()
+            .filter(|subscription| !subscription.is_confirmed())
+            .collect();
+        subscribing = Subscribing::all(pending);
         let mut handed = Handed {
             id,
             nodes: Vec::new(),
@@ -254,13 +265,13 @@ impl Hub {
         (watcher, subscribing)
     }
 
-    /// Asks every listener to subscribe to `name`'s notices.
-    fn subscribe(&self, name: &Arc<str>) -> Subscribing {
+    /// Asks every listener to subscribe to `topic`.
+    fn subscribe(&self, topic: Topic) -> Subscribing {
         let confirmations = FuturesUnordered::new();
         for commands in &self.commands {
             let (sender, receiver) = oneshot::channel();
             // A listener that is gone drops the sender, which reads as "not confirmed".
-            let _ = commands.send(Command::Subscribe(Arc::clone(name), Some(sender)));
+            let _ = commands.send(Command::Subscribe(topic.clone(), Some(sender)));
             confirmations.push(receiver);
         }
         let needed = self.quorum;
@@ -311,8 +322,10 @@ impl Hub {
                 .idle_since
                 .is_some_and(|idle| now.duration_since(idle) >= LINGER);
             if stale {
-                for commands in &self.commands {
-                    let _ = commands.send(Command::Unsubscribe(Arc::clone(name)));
+                for topic in topics(name, waiters) {
+                    for commands in &self.commands {
+                        let _ = commands.send(Command::Unsubscribe(topic.clone()));
+                    }
                 }
             }
             !stale
@@ -386,9 +399,14 @@ impl NoticeSink for Hub {
         state.wake(first_turn);
     }
 
-    /// Every name somebody listens for, to subscribe a listener after it (re)connected.
-    fn names(&self) -> Vec<Arc<str>> {
-        self.state().names.keys().cloned().collect()
+    /// Every topic somebody listens for, to subscribe a listener after it (re)connected.
+    fn topics(&self) -> Vec<Topic> {
+        let state = self.state();
+        state
+            .names
+            .iter()
+            .flat_map(|(name, waiters)| topics(name, waiters))
+            .collect()
     }
 
     /// Drops names nobody waited on for [`LINGER`], and unsubscribes the nodes from them.
@@ -411,6 +429,16 @@ fn parse_grant(grant: &[u8]) -> Option<(&str, u64, Option<u64>)> {
         None => None,
     };
     Some((fingerprint, counter, place))
+}
+
+/// What the listeners listen to for `name`: its notices, and its grants to this client once a
+/// fair waiter asked for them.
+fn topics(name: &Arc<str>, waiters: &Waiters) -> Vec<Topic> {
+    let mut topics = vec![Topic::Notices(Arc::clone(name))];
+    if waiters.grants.is_some() {
+        topics.push(Topic::Grants(Arc::clone(name)));
+    }
+    topics
 }
 
 /// Moves the hand-offs to `fingerprint` that nobody had claimed into `handed`.
@@ -439,6 +467,18 @@ impl Subscribing {
     /// Whether the subscription is done.
     fn is_confirmed(&self) -> bool {
         self.0.peek().is_some()
+    }
+
+    /// Done once every one of `pending` is; `None` for none.
+    fn all(pending: Vec<Subscribing>) -> Option<Subscribing> {
+        match pending.len() {
+            0 => None,
+            1 => pending.into_iter().next(),
+            _ => {
+                let all = futures::future::join_all(pending.into_iter().map(|s| s.0)).map(drop);
+                Some(Subscribing(all.boxed().shared()))
+            }
+        }
     }
 }
 
@@ -478,7 +518,7 @@ mod tests {
         assert!(subscribing.is_some());
         let (_second, subscribing) = hub.join(&name(), since);
         assert!(subscribing.is_none(), "one subscription per name");
-        assert_eq!(hub.names(), [Arc::from("n")]);
+        assert_eq!(hub.topics(), [Topic::Notices(Arc::from("n"))]);
     }
 
     #[tokio::test]
@@ -583,12 +623,12 @@ mod tests {
         place.done();
         hub.sweep_at(&mut hub.state(), left + LINGER - SWEEP_EVERY);
         assert_eq!(
-            hub.names().len(),
+            hub.topics().len(),
             1,
             "still lingering a sweep before its end"
         );
         hub.sweep_at(&mut hub.state(), left + LINGER + SWEEP_EVERY);
-        assert!(hub.names().is_empty(), "gone at the first sweep after it");
+        assert!(hub.topics().is_empty(), "gone at the first sweep after it");
     }
 
     #[test]
@@ -598,11 +638,11 @@ mod tests {
         place.done();
         let later = Instant::now() + LINGER;
         hub.sweep_at(&mut hub.state(), later);
-        assert!(hub.names().is_empty());
+        assert!(hub.topics().is_empty());
         let (turn, subscribing) = hub.take_turn(&name(), "f");
         assert!(subscribing.is_some(), "fair waiters subscribe too");
         drop(turn);
         hub.sweep_at(&mut hub.state(), Instant::now() + LINGER);
-        assert!(hub.names().is_empty());
+        assert!(hub.topics().is_empty());
     }
 }

@@ -37,6 +37,21 @@ pub fn micros_now() -> u64 {
     u64::try_from(since.as_micros()).expect("before 2554")
 }
 
+/// The key of the mark a waiter leaves for `name` on a standalone server: the name followed by
+/// `:waiters` (a release notifies only where it finds one; see the guide's *Waiting*). Restated
+/// here, as [`beside`] is.
+pub fn waiters_mark(name: &str) -> String {
+    format!("{name}:waiters")
+}
+
+/// Marks `name` as waited for on every running node of `cluster`, as a waiter's attempt does,
+/// for a minute: the next release of the name there sends a notice.
+pub fn mark_waited(cluster: &Cluster, name: &str) {
+    for node in cluster.nodes().iter().filter(|node| node.is_running()) {
+        node.set_px(&waiters_mark(name), "1", Duration::from_secs(60));
+    }
+}
+
 /// A client over every node of `cluster`.
 pub async fn client(cluster: &Cluster) -> Redlock {
     Redlock::connect(cluster.urls())

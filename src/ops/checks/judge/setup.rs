@@ -60,8 +60,9 @@ pub(super) fn permissions(round: &Round) -> Verdict {
     match round {
         Round::Done => pass("lock, extend and unlock (with release notice) work".to_owned()),
         Round::NoNotice(error) => warn(format!(
-            "lock, extend and unlock work, but the unlock with release notice (PUBLISH) was \
-             refused: {error}; wake-up on release cannot work here"
+            "lock, extend and unlock work, but a waiter's mark (PSETEX) or the release notice \
+             (PUBLISH) it makes the unlock send was refused: {error}; wake-up on release cannot \
+             work here"
         )),
         Round::Failed(what, error) => fail(format!("{what} refused: {error}")),
     }
