@@ -314,7 +314,11 @@ async fn a_write_that_followed_an_ask_is_acknowledged_where_it_landed() {
     assert!(unreplicated(&error), "{error}");
 
     let fresh = format!("{{{tag}}}:fresh");
-    match acked(&redlock, &fresh, 1).with_tries(1).lock().await {
+    // Without notices: a notifying release names the waiters' mark as a second key, which the
+    // importing master answers TRYAGAIN while the mark is not there (doc/limits.md), so the
+    // failed attempt's release would only land once the migration ends.
+    let quiet = acked(&redlock, &fresh, 1).with_wake_on_release(false);
+    match quiet.with_tries(1).lock().await {
         Err(error) => assert!(unreplicated(&error), "{error}"),
         Ok(lock) => panic!(
             "locked with its key on the target ({}), whose replica acknowledged nothing: the \
