@@ -83,7 +83,7 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         }
     };
 
-    let mut kept = KeptLock::new(&lock, interval);
+    let mut kept = KeptLock::new(&lock, interval, args.grace);
     let outcome = supervise(&mut guard, &mut kept, args.grace, interval, &mut signals).await;
     drop(kept);
     let code = match outcome {

@@ -149,11 +149,14 @@ pub struct KeptLock<'a> {
 }
 
 impl<'a> KeptLock<'a> {
-    /// Starts extending `lock` every `interval`.
-    pub fn new(lock: &'a Lock, interval: Duration) -> Self {
+    /// Starts extending `lock` every `interval`. A loss is reported `grace` (at most an
+    /// interval) before the validity ends, so that `redmutex` hears it, with the nodes' answers,
+    /// before the enforcer's own deadline (half an interval, at most `grace`, before the end), and
+    /// COMMAND gets its grace while the lock still holds.
+    pub fn new(lock: &'a Lock, interval: Duration, grace: Duration) -> Self {
         KeptLock {
             lock,
-            keep: Some(lock.keep_alive(interval)),
+            keep: Some(lock.keep_alive(interval).report_before(grace.min(interval))),
         }
     }
 }

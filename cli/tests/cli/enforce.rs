@@ -16,6 +16,7 @@
 //! after `B start` was written while B held the lock, or later: a violation either way.
 
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -87,8 +88,13 @@ impl Scenario {
     /// Starts the first holder with `args` (up to `--`, the script follows) and waits until
     /// both of its writers have written.
     fn start_first(&mut self, cluster: &Cluster, args: &[&str], script: &str) {
+        // A process group of its own, whose parent (this test) is in another group of the same
+        // session, as a shell's job is: the kernel discards SIGTTOU (and SIGTSTP, SIGTTIN) sent to
+        // a process of an orphaned group, which this test's group may be where it runs without a
+        // terminal, and the first `redmutex` would never stop.
         let child = self
             .command(cluster, "first")
+            .process_group(0)
             .args(args)
             .args(["--", "sh", "-c", script])
             .spawn()
