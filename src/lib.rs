@@ -1,5 +1,7 @@
 #![doc = include_str!("../doc/rustdoc-links.md")]
 #![doc = include_str!("../README.md")]
+// docs.rs builds with `--cfg docsrs` (see Cargo.toml) and marks each feature-gated item.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom to top, each a folder whose module doc says what it owns; a layer uses only
 // those below it. `nodes`: one node and the connection to it. `engine`: one operation on every
@@ -29,6 +31,22 @@ pub use primitives::mutex::Mutex;
 pub use primitives::rwlock::RwLock;
 pub use primitives::semaphore::Semaphore;
 pub use redlock::Redlock;
+
+/// The `redis` crate this version of redmutex is built on (see the README's *Install*), so that
+/// an application hands [`fenced_set`], [`Redlock::from_clients`] and [`MemberClient`] the same
+/// crate's connections and clients without pinning a matching version of its own.
+///
+/// # Examples
+///
+/// ```
+/// use redmutex::redis;
+///
+/// // Opening a client only parses its URL; it connects on first use.
+/// let client = redis::Client::open("redis://127.0.0.1:6379/0");
+/// assert!(client.is_ok());
+/// assert!(redis::Client::open("not a URL").is_err());
+/// ```
+pub use redis;
 
 /// The pure parts of the algorithm, exposed for the crate's own benchmarks. Not a stable API.
 #[doc(hidden)]
