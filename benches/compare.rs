@@ -55,10 +55,11 @@
 //! split by `|`, e.g. `BENCH_ONLY=current,uncontended-32` or
 //! `BENCH_ONLY='multi,uncontended-32,wait-all|default'`; ratios need the floor rows to match too).
 //!
-//! Two contenders run only when `BENCH_ONLY` is set and selects them, so that a full default run
-//! keeps its length: **redmutex wake** (`with_wake_on_release(true)`) and **redmutex fair**
-//! (`with_fair(true)`), default options otherwise, uncontended workloads only, their ratios against
-//! **redmutex default**: what each way of waiting costs while nobody waits. Likewise, built with
+//! Three contenders run only when `BENCH_ONLY` is set and selects them, so that a full default
+//! run keeps its length: **redmutex wake** (`with_wake_on_release(true)`, the default since
+//! issue 42), **redmutex polling** (`with_wake_on_release(false)`, the default before it) and
+//! **redmutex fair** (`with_fair(true)`), default options otherwise, uncontended workloads only,
+//! their ratios against **redmutex default**: what each way of waiting costs while nobody waits. Likewise, built with
 //! `--features metrics`, **redmutex metrics**: default options recording every series of
 //! doc/metrics.md into metrics-exporter-prometheus's recorder, rendered every 5 s as a scrape
 //! would (`benches/support/recording.rs`; the other rows record nothing), in every workload.
@@ -67,8 +68,9 @@
 //! polling, woken by release notices or in the fair line, in one client or in several, interleaved
 //! in rounds like the rows above (`BENCH_HANDOFF_SECS` measured seconds per row, all rounds
 //! together, default 5; `BENCH_ONLY=handoff` runs only these). By default the four rows of 8 tasks,
-//! polling or woken, in 1 client or 8; the fair rows and those of 8 clients with 8 tasks each run
-//! only when `BENCH_ONLY` selects them (e.g. `BENCH_ONLY='handoff'` runs all of them).
+//! polling or woken, in 1 client or 8; the fair rows, the `default-5s` rows (nothing set but a 5 s
+//! retry delay) and those of 8 clients with 8 tasks each run only when `BENCH_ONLY` selects them
+//! (e.g. `BENCH_ONLY='handoff'` runs all of them).
 //!
 //! Two more sections run only when `BENCH_ONLY` selects them and a word of it names the section
 //! (`zones...`, `nodes...`), since their labels end with a main table row's:
@@ -144,6 +146,9 @@ enum Who {
     RedmutexTls,
     /// Default options plus `with_wake_on_release(true)`: what waking costs while nobody waits.
     RedmutexWake,
+    /// Default options plus `with_wake_on_release(false)`: the default before issue 42, no
+    /// waiters' mark and no notices, beside the default of the same build.
+    RedmutexPolling,
     /// Default options plus `with_fair(true)`: what a fair mutex costs while nobody waits.
     RedmutexFair,
     /// A `Semaphore` of [`SEMAPHORE_PERMITS`] permits with default options.
@@ -168,7 +173,7 @@ const SEMAPHORE_PERMITS: u32 = 3;
 
 impl Who {
     /// Table order.
-    const ALL: [Who; 21] = [
+    const ALL: [Who; 22] = [
         Who::FloorWaitAll,
         Who::FloorQuorum,
         Who::RedmutexDefault,
@@ -176,6 +181,7 @@ impl Who {
         Who::RedmutexFencing,
         Who::RedmutexTls,
         Who::RedmutexWake,
+        Who::RedmutexPolling,
         Who::RedmutexFair,
         Who::RedmutexSemaphore,
         Who::Rslock,
@@ -194,12 +200,13 @@ impl Who {
 
     /// Run order before rotation: each library next to its floor, the other primitives and TLS
     /// next to the plain mutex.
-    const RUN: [Who; 21] = [
+    const RUN: [Who; 22] = [
         Who::FloorWaitAll,
         Who::RedmutexDefault,
         Who::RedmutexMetrics,
         Who::RedmutexFair,
         Who::RedmutexWake,
+        Who::RedmutexPolling,
         Who::RedmutexTls,
         Who::RedmutexSemaphore,
         Who::RedmutexNames(1),
@@ -227,6 +234,7 @@ impl Who {
             Who::RedmutexFencing => "redmutex fencing",
             Who::RedmutexTls => "redmutex TLS",
             Who::RedmutexWake => "redmutex wake",
+            Who::RedmutexPolling => "redmutex polling",
             Who::RedmutexFair => "redmutex fair",
             Who::RedmutexSemaphore => "redmutex semaphore",
             Who::Rslock => "rslock 0.10.0",
@@ -259,6 +267,7 @@ impl Who {
             Who::RedmutexSemaphore
                 | Who::RedmutexNames(_)
                 | Who::RedmutexWake
+                | Who::RedmutexPolling
                 | Who::RedmutexFair
                 | Who::MemberStandalone(_)
                 | Who::MemberCluster(_)
@@ -271,6 +280,7 @@ impl Who {
         matches!(
             self,
             Who::RedmutexWake
+                | Who::RedmutexPolling
                 | Who::RedmutexFair
                 | Who::RedmutexMetrics
                 | Who::MemberStandalone(_)
@@ -289,7 +299,7 @@ impl Who {
             }
             Who::RedmutexFailFast => Some(Who::FloorQuorum),
             Who::RedmutexTls | Who::RedmutexSemaphore => Some(Who::RedmutexDefault),
-            Who::RedmutexWake | Who::RedmutexFair | Who::RedmutexMetrics => {
+            Who::RedmutexWake | Who::RedmutexPolling | Who::RedmutexFair | Who::RedmutexMetrics => {
                 Some(Who::RedmutexDefault)
             }
             Who::RedmutexNames(_) | Who::RedmutexRead | Who::RedmutexWrite => {
@@ -709,6 +719,7 @@ fn run_contender(
         | Who::RedmutexFencing
         | Who::RedmutexTls
         | Who::RedmutexWake
+        | Who::RedmutexPolling
         | Who::RedmutexFair
         | Who::RedmutexMetrics
         | Who::MemberStandalone(_)
@@ -733,6 +744,9 @@ fn run_contender(
                         }
                         if who == Who::RedmutexWake {
                             mutex = mutex.with_wake_on_release(true);
+                        }
+                        if who == Who::RedmutexPolling {
+                            mutex = mutex.with_wake_on_release(false);
                         }
                         if who == Who::RedmutexFair {
                             mutex = mutex.with_fair(true);

@@ -4,8 +4,10 @@
 //! goes from the holder to one of the tasks already waiting (otherwise the task that just
 //! unlocked takes the lock straight back, and no hand-off ever waits). Default settings (8 s
 //! expiry, retry delays of 50 to 250 ms), polling, with `with_wake_on_release(true)` or with
-//! `with_fair(true)`; 8 tasks sharing one `Redlock`, 8 tasks with a `Redlock` each (as 8
-//! processes would), or 8 `Redlock` clients with 8 tasks each (64 waiters).
+//! `with_fair(true)`, or with nothing set but a 5 s retry delay (`default-5s`: woken by release
+//! notices, the default since issue 42, so that a hand-off far below 5 s is the notices' doing);
+//! 8 tasks sharing one `Redlock`, 8 tasks with a `Redlock` each (as 8 processes would), or 8
+//! `Redlock` clients with 8 tasks each (64 waiters).
 //!
 //! Per row: acquisitions per second; the hand-off latency, from the moment a holder calls
 //! `unlock()` (its release goes out in that call) to the moment the next holder's `lock()`
@@ -34,6 +36,9 @@ pub enum Waiting {
     Wake,
     /// `with_fair(true)`: one line across clients, each release handing the lock to its head.
     Fair,
+    /// Nothing set but `with_retry_delay(5 s)`: the default way of waiting, with a fallback too
+    /// slow to account for a quick hand-off.
+    Default5s,
 }
 
 impl Waiting {
@@ -42,6 +47,7 @@ impl Waiting {
             Waiting::Polling => "polling",
             Waiting::Wake => "wake-on-release",
             Waiting::Fair => "fair",
+            Waiting::Default5s => "default-5s",
         }
     }
 }
@@ -63,7 +69,8 @@ impl Setup {
             waiting,
             clients,
             tasks_per_client,
-            opt_in: matches!(waiting, Waiting::Fair) || (clients > 1 && tasks_per_client > 1),
+            opt_in: matches!(waiting, Waiting::Fair | Waiting::Default5s)
+                || (clients > 1 && tasks_per_client > 1),
         }
     }
 
@@ -83,18 +90,25 @@ impl Setup {
     }
 }
 
-/// Every row, in table order: per shape, polling, then wake-up on release, then fair.
-pub const ROWS: [Setup; 9] = [
+/// Every row, in table order: per shape, polling, then wake-up on release (set, then by
+/// default with a 5 s retry delay), then fair.
+pub const ROWS: [Setup; 12] = [
     Setup::new(Waiting::Polling, 1, 8),
     Setup::new(Waiting::Wake, 1, 8),
+    Setup::new(Waiting::Default5s, 1, 8),
     Setup::new(Waiting::Fair, 1, 8),
     Setup::new(Waiting::Polling, 8, 1),
     Setup::new(Waiting::Wake, 8, 1),
+    Setup::new(Waiting::Default5s, 8, 1),
     Setup::new(Waiting::Fair, 8, 1),
     Setup::new(Waiting::Polling, 8, 8),
     Setup::new(Waiting::Wake, 8, 8),
+    Setup::new(Waiting::Default5s, 8, 8),
     Setup::new(Waiting::Fair, 8, 8),
 ];
+
+/// The retry delay of the `default-5s` rows.
+const DEFAULT_5S_DELAY: Duration = Duration::from_secs(5);
 
 /// How long a holder keeps the lock: time for every waiter to be waiting.
 pub const HOLD: Duration = Duration::from_millis(1);
@@ -448,10 +462,13 @@ pub fn run_round(
         });
         let tasks: Vec<_> = (0..setup.tasks())
             .map(|task| {
-                let mutex = redlocks[task % redlocks.len()]
-                    .new_mutex(name.clone())
-                    .with_wake_on_release(setup.waiting == Waiting::Wake)
-                    .with_fair(setup.waiting == Waiting::Fair);
+                let mutex = redlocks[task % redlocks.len()].new_mutex(name.clone());
+                let mutex = match setup.waiting {
+                    Waiting::Polling => mutex.with_wake_on_release(false),
+                    Waiting::Wake => mutex.with_wake_on_release(true),
+                    Waiting::Fair => mutex.with_fair(true),
+                    Waiting::Default5s => mutex.with_retry_delay(DEFAULT_5S_DELAY),
+                };
                 tokio::spawn(task_loop(mutex, Arc::clone(&shared)))
             })
             .collect();

@@ -227,8 +227,9 @@ impl Mutex {
     /// an expired lock ([`Error::Expired`]), while someone else may already have taken the lock.
     /// Only a resource that checks fencing tokens is protected from that holder meanwhile.
     ///
-    /// With [`with_wake_on_release(true)`](Mutex::with_wake_on_release) it publishes the release
-    /// notice where it deleted a name's key, so waiters move at once. The fencing counter
+    /// With wake-up on release (the default; see
+    /// [`with_wake_on_release`](Mutex::with_wake_on_release)) it publishes the release notice
+    /// wherever it deleted a name's key, marked by a waiter or not, so waiters move at once. The fencing counter
     /// (`{<name>}:fence`) is never touched: tokens keep increasing across a forced release.
     ///
     /// # Errors
@@ -321,7 +322,8 @@ impl RwLock {
     /// out learn it at their next [`extend`](crate::Lock::extend) or
     /// [`unlock`](crate::Lock::unlock), which fail with [`Error::Expired`]: as
     /// [`Mutex::force_unlock`], this breaks mutual exclusion, and the fencing counter stays.
-    /// With [`with_wake_on_release(true)`](RwLock::with_wake_on_release) waiters are woken.
+    /// Unless [`with_wake_on_release(false)`](RwLock::with_wake_on_release) was set, waiters are
+    /// woken.
     ///
     /// # Errors
     ///
@@ -410,8 +412,8 @@ impl Semaphore {
     ///
     /// Holders that were forced out learn it at their next [`extend`](crate::Lock::extend) or
     /// [`unlock`](crate::Lock::unlock), which fail with [`Error::Expired`]; meanwhile as many new
-    /// holders as there are permits may get in beside them. With
-    /// [`with_wake_on_release(true)`](Semaphore::with_wake_on_release) waiters are woken.
+    /// holders as there are permits may get in beside them. With wake-up on release (the
+    /// default, see [`with_wake_on_release`](Semaphore::with_wake_on_release)) waiters are woken.
     ///
     /// # Errors
     ///

@@ -417,7 +417,11 @@ impl Mutex {
     /// one that did notifies on every release. An older waiter never marks the name: it is woken
     /// by a release of this version only while a waiter of this version waits too, and otherwise
     /// polls, as it did with a holder that did not publish. Other Redlock libraries on the name
-    /// notify nobody. Nothing of this touches exclusion: notices are hints.
+    /// notify nobody. Nothing of this touches exclusion: notices are hints. Fair waiters of both
+    /// versions on one name still queue in order, but an older fair waiter does not mark the
+    /// name: where none of this version stands in line, a release of this version hands it
+    /// nothing, and it takes its turn at its next round. [`guide::waiting`](crate::guide::waiting)
+    /// has the whole table.
     ///
     /// # Examples
     ///
