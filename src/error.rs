@@ -126,6 +126,28 @@ pub enum Error {
         /// The rule it breaks. Never contains a password.
         rule: String,
     },
+
+    /// A call of the [`blocking`](crate::blocking) API was made on a thread that runs a tokio
+    /// runtime's tasks (an `async fn`, or a thread inside `Runtime::block_on`), or inside
+    /// `tokio::task::spawn_blocking`, whose threads carry their runtime too; nothing was sent.
+    /// Blocking there would stall every task of that runtime, the holder of the lock waited for
+    /// included. Use the async API there ([`Redlock`](crate::Redlock)), or inside
+    /// `spawn_blocking`, `Handle::current().block_on(...)` of it. With the `blocking` feature.
+    #[cfg(feature = "blocking")]
+    #[error(
+        "a redmutex::blocking call inside a tokio runtime: use the async API (redmutex::Redlock) \
+         there, or call from a thread of your own"
+    )]
+    InsideRuntime,
+
+    /// The [`blocking`](crate::blocking) API's background runtime could not start (its worker
+    /// threads could not be spawned); nothing was sent. With the `blocking` feature.
+    #[cfg(feature = "blocking")]
+    #[error("the blocking API's runtime could not start: {reason}")]
+    RuntimeUnavailable {
+        /// What the operating system said.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -7,8 +7,11 @@
 // those below it. `nodes`: one node and the connection to it. `engine`: one operation on every
 // node, the quorum and validity, the held record. `waiting`: the acquire loop and the ways of
 // waiting between attempts. `primitives`: what a caller takes, each with its keys, commands and
-// Lua scripts. `ops`: the operator's tools. `error` is used by all; `redlock`, the client,
+// Lua scripts. `ops`: the operator's tools. `blocking`: the public API again, for threads
+// without a runtime, on a runtime of its own. `error` is used by all; `redlock`, the client,
 // constructs everything and assembles the scripts every node loads.
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod engine;
 mod error;
 pub mod guide;

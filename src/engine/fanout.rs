@@ -395,14 +395,16 @@ pub(crate) async fn extend_until_decided(
 }
 
 /// Best-effort release in a background task: for handles dropped without `unlock()` and for
-/// cancelled acquisitions. Without a tokio runtime nothing is sent and the keys expire on their own.
+/// cancelled acquisitions. On `runtime` if given (see `Held::release_on`), else on the current
+/// one; without either nothing is sent and the keys expire on their own.
 pub(crate) fn spawn_release(
+    runtime: Option<tokio::runtime::Handle>,
     nodes: Arc<[Node]>,
     target: Arc<dyn Target>,
     value: Arc<str>,
     plan: &Plan,
 ) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+    if let Some(runtime) = runtime.or_else(|| tokio::runtime::Handle::try_current().ok()) {
         runtime.spawn(release(nodes, target, value, plan, Delivery::Inline));
     }
 }

@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::nodes::Node;
 
 /// A lock held on a quorum of nodes. Dropped without a release, it releases in the background on
-/// the current tokio runtime (best effort, never blocking).
+/// the current tokio runtime, or the one it was told (best effort, never blocking).
 pub(crate) struct Held {
     resource: Resource,
     value: Arc<str>,
@@ -37,6 +37,8 @@ struct State {
     stragglers: Option<Stragglers>,
     /// Counted as held (metrics) until it ends, once, by whichever path ends it.
     hold: Hold,
+    /// The runtime a drop releases on, when not the current one (the blocking API's).
+    release_on: Option<tokio::runtime::Handle>,
 }
 
 impl Held {
@@ -57,6 +59,7 @@ impl Held {
                 unlocked: false,
                 stragglers,
                 hold,
+                release_on: None,
             }),
             extending: tokio::sync::Mutex::new(()),
         }
@@ -64,6 +67,14 @@ impl Held {
 
     pub(crate) fn valid_until(&self) -> Instant {
         self.state().valid_until
+    }
+
+    /// Makes a drop release on `runtime` rather than on the dropping thread's current runtime:
+    /// for the blocking API's locks, whose callers have none (or one that may never run the
+    /// release).
+    #[cfg(feature = "blocking")]
+    pub(crate) fn release_on(&self, runtime: tokio::runtime::Handle) {
+        self.state().release_on = Some(runtime);
     }
 
     pub(crate) fn value(&self) -> &str {
@@ -326,6 +337,7 @@ impl Drop for Held {
             return;
         };
         fanout::spawn_release(
+            state.release_on.take(),
             Arc::clone(self.resource.nodes()),
             Arc::clone(self.resource.target()),
             Arc::clone(&self.value),

@@ -382,7 +382,7 @@ impl Lock {
     /// # }
     /// ```
     pub async fn run<F: Future>(self, work: F) -> Result<F::Output, Error> {
-        let every = self.held.resource().plan()?.expiry / 3;
+        let every = self.run_every()?;
         self.run_renewing_every(every, work).await
     }
 
@@ -420,6 +420,25 @@ impl Lock {
         every: Duration,
         work: F,
     ) -> Result<F::Output, Error> {
+        let keep = self.start_run(every).await?;
+        let outcome = run::under(&self, &keep, work).await;
+        // No renewal may go out after the unlock (nor be left to repair what the unlock freed).
+        keep.stop().await;
+        let output = outcome?;
+        // Whatever the unlock says, the work completed under the lock: a lock that was not
+        // released everywhere expires, and this handle's drop releases what it can.
+        let _ = self.unlock().await;
+        Ok(output)
+    }
+
+    /// How often [`run`](Lock::run) renews: every third of the expiry.
+    pub(crate) fn run_every(&self) -> Result<Duration, Error> {
+        Ok(self.held.resource().plan()?.expiry / 3)
+    }
+
+    /// What a run does before its work starts: checks `every`, renews once when too little
+    /// validity is left for the keep-alive to renew in time, and starts the keep-alive.
+    pub(crate) async fn start_run(&self, every: Duration) -> Result<KeepAlive, Error> {
         let plan = self.held.resource().plan()?;
         if every.is_zero() || every >= plan.expiry {
             return Err(Error::config(
@@ -440,15 +459,7 @@ impl Lock {
         if renewal.due(now, now, self.valid_until()).is_none() {
             self.extend().await.map_err(run::lost)?;
         }
-        let keep = KeepAlive::start(self.clone(), every, plan.node_timeout);
-        let outcome = run::under(&self, &keep, work).await;
-        // No renewal may go out after the unlock (nor be left to repair what the unlock freed).
-        keep.stop().await;
-        let output = outcome?;
-        // Whatever the unlock says, the work completed under the lock: a lock that was not
-        // released everywhere expires, and this handle's drop releases what it can.
-        let _ = self.unlock().await;
-        Ok(output)
+        Ok(KeepAlive::start(self.clone(), every, plan.node_timeout))
     }
 
     /// How long one operation on the nodes may take: the node timeout.
@@ -457,6 +468,12 @@ impl Lock {
             .resource()
             .plan()
             .map_or(Duration::ZERO, |plan| plan.node_timeout)
+    }
+
+    /// Makes the drop of the last clone release on `runtime` (see `Held::release_on`).
+    #[cfg(feature = "blocking")]
+    pub(crate) fn release_on(&self, runtime: tokio::runtime::Handle) {
+        self.held.release_on(runtime);
     }
 
     pub(crate) fn is_unlocked(&self) -> bool {

@@ -56,6 +56,31 @@ pub(crate) async fn under<F: Future>(
     }
 }
 
+/// Whether work that held its thread throughout (the blocking API's `run`, which cannot drop
+/// it) and has just returned completed under the lease: the keep-alive reported no loss while
+/// it ran, and the validity has not ended.
+#[cfg(feature = "blocking")]
+pub(crate) fn returned_under(lock: &Lock, keep: &KeepAlive) -> Result<(), Error> {
+    if let Some(end) = keep.end() {
+        return Err(lost(cause(end)));
+    }
+    if Instant::now() < lock.valid_until() {
+        return Ok(());
+    }
+    lock.lost(Lost::KeepAliveTimedOut);
+    Err(lost(Error::Expired))
+}
+
+/// Why work under the lease must stop, if it must: the keep-alive ended, or the validity is
+/// about to end by the clock (the moment `under` would drop the work). Read by work that polls.
+#[cfg(feature = "blocking")]
+pub(crate) fn stop_reason(lock: &Lock, keep: &KeepAlive) -> Option<Error> {
+    if let Some(end) = keep.end() {
+        return Some(cause(end));
+    }
+    (Instant::now() >= Renewal::drop_by(lock.valid_until())).then_some(Error::Expired)
+}
+
 /// The loss, with its cause.
 pub(crate) fn lost(cause: Error) -> Error {
     Error::Lost {

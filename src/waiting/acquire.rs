@@ -141,6 +141,7 @@ impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
             fanout::spawn_release(
+                None,
                 Arc::clone(self.resource.nodes()),
                 Arc::clone(self.resource.target()),
                 Arc::clone(&self.value),

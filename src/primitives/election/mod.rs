@@ -856,13 +856,26 @@ impl Leadership {
     /// # }
     /// ```
     pub async fn run<F: Future>(self, work: F) -> Result<F::Output, Error> {
-        let Leadership { lock, keep, .. } = self;
+        let (lock, keep) = self.into_parts();
         let outcome = run::under(&lock, &keep, work).await;
         keep.stop().await;
         let output = outcome?;
         // Whatever the release says, the work completed while leading.
         let _ = lock.unlock().await;
         Ok(output)
+    }
+}
+
+impl Leadership {
+    /// The lease and its keep-alive, for work run under them.
+    pub(crate) fn into_parts(self) -> (Lock, KeepAlive) {
+        (self.lock, self.keep)
+    }
+
+    /// Makes a drop resign on `runtime` (see `Held::release_on`).
+    #[cfg(feature = "blocking")]
+    pub(crate) fn release_on(&self, runtime: tokio::runtime::Handle) {
+        self.lock.release_on(runtime);
     }
 }
 
