@@ -247,9 +247,12 @@ async fn report_before_leaves_the_holder_its_margin() {
         matches!(end, KeepAliveEnd::Lost(Error::NoQuorum { .. })),
         "{end:?}"
     );
+    // This task reads the clock only after the keep-alive's report reached it, a scheduling delay
+    // later on a loaded machine; a quarter of the margin allows for that and still tells the
+    // margin apart from the default report time (25 ms before the end).
     let left = lock.valid_until().saturating_duration_since(reported);
     assert!(
-        left >= margin,
-        "reported {left:?} before the validity ended"
+        left >= margin - margin / 4,
+        "reported {left:?} before the validity ended, {margin:?} asked"
     );
 }
