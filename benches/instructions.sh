@@ -19,6 +19,15 @@
 #   CONTENDERS='redmutex 1 standalone;redmutex 1 cluster' bash benches/instructions.sh
 #   SECTION=nodes-9 measures the rows of an opt-in section instead (here the node-count rows at
 #   9 nodes; the word is added to BENCH_ONLY).
+# The library is built as a crate that depends on it gets it: this package alone (`-p redmutex`),
+# so that no other member of the workspace adds its features (the command crate turns on
+# `metrics`, and `cargo bench --workspace` would build the library with it). The features it was
+# built with are printed. FEATURES passes cargo's feature flags to measure another build:
+#   FEATURES='--no-default-features' (no `cluster`), FEATURES='--features metrics' (the metrics
+#   calls with no recorder installed: the benchmark installs none).
+# BENCH_SHORT_SECS and BENCH_LONG_SECS (2 and 6) set the two runs' lengths: under valgrind a 6 s
+# run completes only some hundreds of cycles, and how many requests share a wake-up moves with
+# the machine's load, so two builds compared within a few percent need longer runs, interleaved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runtime=${1:-current}
@@ -37,11 +46,18 @@ fi
 
 if [ -n "${BENCH_BINARY:-}" ]; then
     binary=$BENCH_BINARY
-elif ! build=$(cargo bench --bench compare --no-run --message-format=json); then
-    echo "could not build the compare benchmark (cargo bench --bench compare --no-run)" >&2
-    exit 1
+    echo "library features: those $binary was built with" >&2
 else
+    read -r -a feature_flags <<<"${FEATURES:-}"
+    if ! build=$(cargo bench -p redmutex --bench compare --no-run --message-format=json \
+        "${feature_flags[@]}"); then
+        echo "could not build the compare benchmark (cargo bench -p redmutex --bench compare --no-run ${FEATURES:-})" >&2
+        exit 1
+    fi
     binary=$(grep -o '"executable":"[^"]*"' <<<"$build" | tail -n 1 | cut -d'"' -f4)
+    features=$(grep '"name":"redmutex","src_path":"[^"]*/src/lib.rs"' <<<"$build" |
+        grep -o '"features":\[[^]]*\]' | tail -n 1 | cut -d: -f2 | tr -d '[]"' | sed 's/,/, /g')
+    echo "library features: ${features:-none}" >&2
 fi
 if [ -z "$binary" ] || [ ! -x "$binary" ]; then
     echo "no compare benchmark to run (${binary:-cargo named none})" >&2
@@ -80,8 +96,8 @@ base_cost=0
 IFS=';' read -r -a contenders <<<"${CONTENDERS:-floor wait-all;redmutex default;floor quorum;redmutex fail-fast}"
 for who in "${contenders[@]}"; do
     # Not `read < <(measure ...)`: a failure in a process substitution would not stop the script.
-    short=$(measure "$who" 2)
-    long=$(measure "$who" 6)
+    short=$(measure "$who" "${BENCH_SHORT_SECS:-2}")
+    long=$(measure "$who" "${BENCH_LONG_SECS:-6}")
     read -r short_instructions short_cycles <<<"$short"
     read -r long_instructions long_cycles <<<"$long"
     if [ "$long_cycles" -le "$short_cycles" ]; then
@@ -100,4 +116,4 @@ for who in "${contenders[@]}"; do
             ;;
     esac
 done
-echo "($runtime-thread runtime, $workload; 6 s minus 2 s runs; the client process only)"
+echo "($runtime-thread runtime, $workload; ${BENCH_LONG_SECS:-6} s minus ${BENCH_SHORT_SECS:-2} s runs; the client process only)"
