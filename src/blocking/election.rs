@@ -34,14 +34,9 @@ pub struct Election {
 }
 
 same_as_async!(Election over Election {
+    waiting;
     set with_expiry(lease: Duration);
     set with_renew_every(every: Duration);
-    set with_max_wait(wait: Duration);
-    set with_tries(tries: u32);
-    set with_retry_delay(delay: Duration);
-    set with_retry_delay_fn(delay: impl Send + Sync + 'static + Fn(u32) -> Duration);
-    set with_drift_factor(factor: f64);
-    set with_timeout_factor(factor: f64);
     get name -> &str;
     get expiry -> Duration;
     get renew_every -> Duration;

@@ -176,7 +176,36 @@ fn refuse_inside_runtime() -> Result<(), Error> {
 /// The builder methods of a blocking handle: each hands its argument to the async builder's
 /// method of the same name, whose page says the default, the bounds and gives an example; and
 /// the getters, which read the async builder's.
+///
+/// `waiting;` first in the list stands for the settings of how a call waits, which every
+/// primitive and the election share; `locking;` for those and the settings every lock shares.
 macro_rules! same_as_async {
+    ($wrapper:ident over $inner:ident { waiting; $($rest:tt)* }) => {
+        same_as_async!($wrapper over $inner {
+            set with_max_wait(wait: std::time::Duration);
+            set with_tries(tries: u32);
+            set with_retry_delay(delay: std::time::Duration);
+            set with_retry_delay_fn(
+                delay: impl Send + Sync + 'static + Fn(u32) -> std::time::Duration
+            );
+            set with_drift_factor(factor: f64);
+            set with_timeout_factor(factor: f64);
+            $($rest)*
+        });
+    };
+    ($wrapper:ident over $inner:ident { locking; $($rest:tt)* }) => {
+        same_as_async!($wrapper over $inner {
+            waiting;
+            set with_expiry(expiry: std::time::Duration);
+            set with_metrics_label(label: &'static str);
+            set with_fail_fast(fail_fast: bool);
+            set with_wake_on_release(wake: bool);
+            set with_replica_acks(replicas: u32);
+            set with_shuffle_nodes(shuffle: bool);
+            set with_value_fn(value: impl Send + Sync + 'static + Fn() -> String);
+            $($rest)*
+        });
+    };
     ($wrapper:ident over $inner:ident {
         $(set $setter:ident($arg:ident: $ty:ty);)*
         $(get $getter:ident -> $ret:ty;)*

@@ -38,21 +38,9 @@ pub struct Mutex {
 }
 
 same_as_async!(Mutex over Mutex {
-    set with_expiry(expiry: Duration);
-    set with_tries(tries: u32);
-    set with_max_wait(wait: Duration);
-    set with_retry_delay(delay: Duration);
-    set with_retry_delay_fn(delay: impl Send + Sync + 'static + Fn(u32) -> Duration);
-    set with_drift_factor(factor: f64);
-    set with_timeout_factor(factor: f64);
-    set with_fail_fast(fail_fast: bool);
-    set with_metrics_label(label: &'static str);
+    locking;
     set with_fencing(fencing: bool);
-    set with_wake_on_release(wake: bool);
     set with_fair(fair: bool);
-    set with_replica_acks(replicas: u32);
-    set with_shuffle_nodes(shuffle: bool);
-    set with_value_fn(value: impl Send + Sync + 'static + Fn() -> String);
     get name -> &str;
     get names -> impl ExactSizeIterator<Item = &str>;
     get expiry -> Duration;
@@ -167,20 +155,8 @@ pub struct RwLock {
 }
 
 same_as_async!(RwLock over RwLock {
-    set with_expiry(expiry: Duration);
-    set with_metrics_label(label: &'static str);
-    set with_max_wait(wait: Duration);
-    set with_tries(tries: u32);
-    set with_retry_delay(delay: Duration);
-    set with_retry_delay_fn(delay: impl Send + Sync + 'static + Fn(u32) -> Duration);
-    set with_drift_factor(factor: f64);
-    set with_timeout_factor(factor: f64);
-    set with_fail_fast(fail_fast: bool);
+    locking;
     set with_fencing(fencing: bool);
-    set with_wake_on_release(wake: bool);
-    set with_replica_acks(replicas: u32);
-    set with_shuffle_nodes(shuffle: bool);
-    set with_value_fn(value: impl Send + Sync + 'static + Fn() -> String);
     get name -> &str;
     get expiry -> Duration;
 });
@@ -317,19 +293,7 @@ pub struct Semaphore {
 }
 
 same_as_async!(Semaphore over Semaphore {
-    set with_expiry(expiry: Duration);
-    set with_metrics_label(label: &'static str);
-    set with_max_wait(wait: Duration);
-    set with_tries(tries: u32);
-    set with_retry_delay(delay: Duration);
-    set with_retry_delay_fn(delay: impl Send + Sync + 'static + Fn(u32) -> Duration);
-    set with_drift_factor(factor: f64);
-    set with_timeout_factor(factor: f64);
-    set with_fail_fast(fail_fast: bool);
-    set with_replica_acks(replicas: u32);
-    set with_wake_on_release(wake: bool);
-    set with_shuffle_nodes(shuffle: bool);
-    set with_value_fn(value: impl Send + Sync + 'static + Fn() -> String);
+    locking;
     get name -> &str;
     get permits -> u32;
     get quorum -> usize;
