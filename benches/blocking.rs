@@ -169,7 +169,7 @@ fn main() {
     let rounds = env("BENCH_ROUNDS", 6).max(1);
     let warm_up = Duration::from_millis(env("BENCH_WARMUP_MS", 300));
     let length = Duration::from_secs(secs) / rounds as u32;
-    let cluster = testenv::Cluster::start(5);
+    let cluster = redmutex_testenv::Cluster::start(5);
     let urls = cluster.urls();
     let clients: Vec<_> = Who::ALL
         .iter()

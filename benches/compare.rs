@@ -428,8 +428,8 @@ fn main() -> ExitCode {
     // With TLS, the same nodes serve plain TCP (the other rows) and TLS (the TLS row).
     #[cfg(feature = "tls")]
     let (cluster, tls) = {
-        let ca = testenv::Tls::new();
-        let cluster = testenv::Cluster::start_tls(NODES, &ca);
+        let ca = redmutex_testenv::Tls::new();
+        let cluster = redmutex_testenv::Cluster::start_tls(NODES, &ca);
         let tls = TlsNodes {
             urls: cluster.tls_urls(),
             ca_pem: ca.ca_pem().to_owned(),
@@ -437,7 +437,7 @@ fn main() -> ExitCode {
         (cluster, Some(tls))
     };
     #[cfg(not(feature = "tls"))]
-    let (cluster, tls) = (testenv::Cluster::start(NODES), None::<TlsNodes>);
+    let (cluster, tls) = (redmutex_testenv::Cluster::start(NODES), None::<TlsNodes>);
     let urls = cluster.urls();
 
     // The Redis Clusters of the member rows, only when a selected row needs them.
@@ -461,12 +461,12 @@ fn main() -> ExitCode {
     if clusters_needed > 0 {
         eprintln!("compare: starting {clusters_needed} Redis Cluster(s) of 3 masters");
     }
-    let redis_clusters: Vec<testenv::RedisCluster> = (0..clusters_needed)
-        .map(|_| testenv::RedisCluster::start(3, 0))
+    let redis_clusters: Vec<redmutex_testenv::RedisCluster> = (0..clusters_needed)
+        .map(|_| redmutex_testenv::RedisCluster::start(3, 0))
         .collect();
     let seeds: Vec<String> = redis_clusters
         .iter()
-        .map(testenv::RedisCluster::seed_url)
+        .map(redmutex_testenv::RedisCluster::seed_url)
         .collect();
 
     eprintln!(
@@ -1292,7 +1292,7 @@ fn connections(probes: &mut [redis::Connection]) -> Vec<i64> {
 
 /// Acquires `count` locks on distinct names with one `Redlock`, holds them all, and measures RSS
 /// before and after, and the connections the nodes see; then releases them.
-fn memory_test(cluster: &testenv::Cluster, urls: &[String], count: usize) -> Memory {
+fn memory_test(cluster: &redmutex_testenv::Cluster, urls: &[String], count: usize) -> Memory {
     let mut memory = Memory {
         locks: count,
         ..Memory::default()
@@ -1308,7 +1308,7 @@ fn memory_test(cluster: &testenv::Cluster, urls: &[String], count: usize) -> Mem
 }
 
 fn memory_test_inner(
-    cluster: &testenv::Cluster,
+    cluster: &redmutex_testenv::Cluster,
     urls: &[String],
     memory: &mut Memory,
 ) -> Result<(), String> {
@@ -1801,7 +1801,7 @@ fn print_targets(rows: &[(Who, usize, Row)]) {
 }
 
 /// `redis_version` from `INFO server` of node 0.
-fn redis_version(cluster: &testenv::Cluster) -> String {
+fn redis_version(cluster: &redmutex_testenv::Cluster) -> String {
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query(&mut cluster.node(0).connection())
@@ -1893,7 +1893,7 @@ fn zone_label(zones: &str, flavor: Flavor, workload: Workload, who: Who) -> Stri
 /// Runs the selected zone rows, a zone set at a time, in interleaved rounds like the main rows.
 fn run_zones(
     config: &Config,
-    cluster: &testenv::Cluster,
+    cluster: &redmutex_testenv::Cluster,
     rslock: &Result<PathBuf, String>,
     run: u64,
 ) -> Vec<ZoneRun> {
@@ -2282,7 +2282,7 @@ fn nodes_selected(config: &Config) -> bool {
 fn run_node_counts(config: &Config, run: u64) -> Vec<(Who, usize, Row)> {
     let largest = NODE_COUNTS.iter().copied().max().unwrap_or(0);
     eprintln!("compare: starting {largest} nodes for the node-count rows");
-    let cluster = testenv::Cluster::start(largest);
+    let cluster = redmutex_testenv::Cluster::start(largest);
     let all_urls = cluster.urls();
     let rounds = config.rounds as usize;
     let round_timing = Timing {

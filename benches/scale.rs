@@ -49,7 +49,7 @@ fn main() {
     let secs: f64 = env("SCALE_SECS", 1.5);
     let rounds = env("SCALE_ROUNDS", 3.0) as usize;
     let only = std::env::var("SCALE_ONLY").unwrap_or_default();
-    let cluster = testenv::Cluster::start(NODES);
+    let cluster = redmutex_testenv::Cluster::start(NODES);
     let urls = cluster.urls();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -184,7 +184,12 @@ struct Level {
     latencies_ns: Vec<u64>,
 }
 
-async fn names(cluster: &testenv::Cluster, urls: &[String], secs: f64, rounds: usize) -> Res<()> {
+async fn names(
+    cluster: &redmutex_testenv::Cluster,
+    urls: &[String],
+    secs: f64,
+    rounds: usize,
+) -> Res<()> {
     let redlock = Redlock::connect(urls).await.map_err(|e| e.to_string())?;
     let mut held: Vec<Lock> = Vec::new();
     // Warm-up: every buffer and table the client grows while taking many locks is grown once.
@@ -488,7 +493,7 @@ fn subscriptions(probes: &mut [redis::Connection]) -> Res<Vec<(usize, i64, i64)>
 /// Hand-offs of `names` names, one at a time: the holder unlocks name i and waits for its waiter's
 /// `lock()` to return. Returns hand-off times in ns and when the last waiter had unlocked.
 async fn handoffs(
-    cluster: &testenv::Cluster,
+    cluster: &redmutex_testenv::Cluster,
     holder: &Redlock,
     waiting: &Redlock,
     prefix: &str,
@@ -587,7 +592,7 @@ fn print_commands(counts: &Counts, acquisitions: usize) {
     );
 }
 
-async fn waiters(cluster: &testenv::Cluster, urls: &[String]) -> Res<()> {
+async fn waiters(cluster: &redmutex_testenv::Cluster, urls: &[String]) -> Res<()> {
     let holder = Redlock::connect(urls).await.map_err(|e| e.to_string())?;
     let waiting = Arc::new(Redlock::connect(urls).await.map_err(|e| e.to_string())?);
     let mut probes: Vec<redis::Connection> =
@@ -649,7 +654,7 @@ async fn waiters(cluster: &testenv::Cluster, urls: &[String]) -> Res<()> {
 /// name in turn for `FAIR_SECS`: each takes it, lets go at once, and queues again. The hand-off is
 /// from the holder's unlock starting to the next holder's `lock()` returning; with every other
 /// client in line, every acquisition is one.
-async fn fair(cluster: &testenv::Cluster, urls: &[String], clients: usize) -> Res<()> {
+async fn fair(cluster: &redmutex_testenv::Cluster, urls: &[String], clients: usize) -> Res<()> {
     const NAME: &str = "bench:scale:fair";
     let mut redlocks = Vec::with_capacity(clients);
     for _ in 0..clients {

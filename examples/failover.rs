@@ -40,7 +40,7 @@ async fn run() -> Result<(), BoxError> {
     }
     let runs: usize = args.first().map_or(Ok(50), |a| a.parse())?;
     let lease = Duration::from_millis(args.get(1).map_or(Ok(1000), |a| a.parse())?);
-    let cluster = testenv::Cluster::try_start(3)?;
+    let cluster = redmutex_testenv::Cluster::try_start(3)?;
     let urls = cluster.urls().join(",");
     let redlock = Redlock::connect(cluster.urls()).await?;
     let election = redlock.new_election(NAME).with_expiry(lease);
@@ -124,7 +124,7 @@ async fn lead(urls: &str, lease: u64) -> Result<(), BoxError> {
 }
 
 /// Each node's EVALSHA calls and their microseconds so far.
-fn stats(cluster: &testenv::Cluster) -> Result<Vec<(u64, u64)>, BoxError> {
+fn stats(cluster: &redmutex_testenv::Cluster) -> Result<Vec<(u64, u64)>, BoxError> {
     let mut all = Vec::new();
     for node in cluster.nodes() {
         let info: String = redis::cmd("INFO")

@@ -18,9 +18,10 @@ use std::time::Duration;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
 /// use redmutex::{Error, Redlock};
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
 /// let redlock = Redlock::connect(cluster.urls()).await?;
 /// let mutex = redlock.new_mutex("job:nightly-report");
 /// let _held = mutex.try_lock().await?;
@@ -93,10 +94,11 @@ pub enum Error {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::{Error, Redlock};
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
     /// let redlock = Redlock::connect(cluster.urls()).await?;
     /// let _held = redlock.new_mutex("report").lock().await?;
     /// let waiter = redlock.new_mutex("report").with_max_wait(Duration::from_millis(300));

@@ -51,10 +51,11 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(5);
-/// # let urls = cluster.urls();
 /// use redmutex::Redlock;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(5);
+/// let urls = cluster.urls();
 /// // e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", ...]
 /// let redlock = Redlock::connect(urls).await?;
 /// assert_eq!(redlock.len(), 5);
@@ -114,11 +115,12 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let servers = testenv::Cluster::start(2);
-    /// # let cluster = testenv::RedisCluster::start(3, 0);
-    /// # let urls = [servers.urls()[0].clone(), servers.urls()[1].clone(), cluster.seed_url()];
     /// use redmutex::Redlock;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let servers = redmutex_testenv::Cluster::start(2);
+    /// let cluster = redmutex_testenv::RedisCluster::start(3, 0);
+    /// let urls = [servers.urls()[0].clone(), servers.urls()[1].clone(), cluster.seed_url()];
     /// // e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://config-endpoint:6379"]
     /// let redlock = Redlock::connect(urls).await?;
     /// assert_eq!((redlock.len(), redlock.quorum()), (3, 2));
@@ -175,10 +177,11 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let urls = cluster.urls();
     /// use redmutex::Redlock;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let urls = cluster.urls();
     /// // With the `tls` feature, `redis::Client::build_with_tls(url, certificates)` makes clients
     /// // that trust a private CA or present a client certificate.
     /// let clients = urls
@@ -245,9 +248,10 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::Redlock;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
     /// use redis::AsyncConnectionConfig;
     ///
     /// // No timeouts of the driver's own: redmutex bounds each call by the mutex's node timeout.
@@ -321,10 +325,11 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::Redlock;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
     /// let redlock = Redlock::connect(cluster.urls()).await?;
     /// let mutex = redlock
     ///     .new_mutex("book:978-0-13-468599-1")
@@ -346,8 +351,9 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let leadership = redlock.new_election("scheduler").campaign("host-a").await?;
     /// assert_eq!(leadership.identity(), "host-a");
     /// # Ok(())
@@ -370,9 +376,10 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::{Error, Redlock};
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
     /// let redlock = Redlock::connect(cluster.urls()).await?;
     /// let crawlers = redlock.new_semaphore("crawler:example.org", 3);
     /// assert_eq!((crawlers.permits(), crawlers.quorum()), (3, 3));
@@ -411,9 +418,10 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::{Error, Redlock};
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
     /// let redlock = Redlock::connect(cluster.urls()).await?;
     /// // A transfer holds both accounts.
     /// let transfer = redlock.new_multi_mutex(["account:1", "account:2"]);
@@ -450,9 +458,10 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::Redlock;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
     /// let redlock = Redlock::connect(cluster.urls()).await?;
     /// let config = redlock.new_rwlock("config:pricing");
     /// let reader = config.read().await?;
@@ -476,6 +485,7 @@ impl Redlock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
+    /// // Settings alone: no node is contacted here, so any URL will do.
     /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.len(), 1);
     /// # Ok(())
@@ -603,7 +613,7 @@ mod tests {
     /// refuses (a Lua syntax error) is reported at its `.lua` file and line.
     #[tokio::test]
     async fn every_script_loads_into_a_node() {
-        let cluster = testenv::Cluster::start(1);
+        let cluster = redmutex_testenv::Cluster::start(1);
         let client = redis::Client::open(cluster.urls()[0].as_str()).expect("a URL");
         let mut connection = client
             .get_multiplexed_async_connection()

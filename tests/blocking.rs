@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use redmutex::blocking::{Lock, Mutex, Redlock};
 use redmutex::{Error, KeepAliveEnd, LeadershipEnd};
+use redmutex_testenv::Cluster;
 use support::present;
-use testenv::Cluster;
 
 fn client(cluster: &Cluster) -> Redlock {
     Redlock::connect(cluster.urls()).expect("valid URLs connect")

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use redis::{ClientTlsConfig, TlsCertificates};
 use redmutex::{Error, Mutex, NodeErrorKind, Redlock};
+use redmutex_testenv::{Cluster, Identity, Tls};
 use support::holders;
-use testenv::{Cluster, Identity, Tls};
 
 /// Clients for `urls` that trust `ca_pem`, presenting `identity` if given.
 fn clients(urls: &[String], ca_pem: &str, identity: Option<&Identity>) -> Vec<redis::Client> {

@@ -412,7 +412,7 @@ struct TaskStats {
 /// Runs one round of `setup`'s row on a multi-thread runtime, on lock name `name`: `warmup`,
 /// then the measured `window`.
 pub fn run_round(
-    cluster: &testenv::Cluster,
+    cluster: &redmutex_testenv::Cluster,
     urls: &[String],
     setup: Setup,
     warmup: Duration,

@@ -10,7 +10,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_redmutex");
 

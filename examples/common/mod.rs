@@ -8,7 +8,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The node URLs from `REDMUTEX_NODES` (comma-separated), or else 5 local nodes started for this
 /// run, returned with the cluster that owns them (dropping it stops them).
-pub fn nodes() -> Result<(Vec<String>, Option<testenv::Cluster>), BoxError> {
+pub fn nodes() -> Result<(Vec<String>, Option<redmutex_testenv::Cluster>), BoxError> {
     match std::env::var("REDMUTEX_NODES") {
         Ok(list) => {
             let urls = list
@@ -20,7 +20,7 @@ pub fn nodes() -> Result<(Vec<String>, Option<testenv::Cluster>), BoxError> {
             Ok((urls, None))
         }
         Err(VarError::NotPresent) => {
-            let cluster = testenv::Cluster::try_start(5)?;
+            let cluster = redmutex_testenv::Cluster::try_start(5)?;
             Ok((cluster.urls(), Some(cluster)))
         }
         Err(VarError::NotUnicode(_)) => Err("REDMUTEX_NODES is not valid UTF-8".into()),

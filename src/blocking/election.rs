@@ -16,9 +16,11 @@ use crate::primitives::election::{LeaderInfo, LeadershipEnd};
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 /// use std::time::Duration;
+///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 ///
 /// let election = redlock.new_election("scheduler").with_expiry(Duration::from_secs(2));
 /// let leadership = election.campaign("host-a")?; // blocks while another leads
@@ -58,8 +60,9 @@ impl Election {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let election = redlock.new_election("indexer");
     /// let first = election.campaign("pod-1")?;
     /// first.resign()?;
@@ -89,8 +92,9 @@ impl Election {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// assert!(redlock.new_election("indexer").leader()?.is_none());
     /// # Ok::<(), redmutex::Error>(())
     /// ```
@@ -114,9 +118,11 @@ impl fmt::Debug for Election {
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 /// use std::time::Duration;
+///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 ///
 /// let election = redlock.new_election("billing").with_expiry(Duration::from_secs(1));
 /// let leadership = election.campaign("worker-3")?;
@@ -137,8 +143,9 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let election = redlock.new_election("e");
     /// let first = election.campaign("a")?.epoch(); // dropped: resigns in the background
     /// let second = election.campaign("b")?.epoch();
@@ -154,8 +161,9 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// assert_eq!(redlock.new_election("e").campaign("a")?.identity(), "a");
     /// # Ok::<(), redmutex::Error>(())
     /// ```
@@ -169,8 +177,9 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let leadership = redlock.new_election("e").campaign("a")?;
     /// assert!(leadership.valid_until() > std::time::Instant::now());
     /// # Ok::<(), redmutex::Error>(())
@@ -185,8 +194,9 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// assert!(redlock.new_election("e").campaign("a")?.end().is_none());
     /// # Ok::<(), redmutex::Error>(())
     /// ```
@@ -199,8 +209,9 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// assert!(redlock.new_election("e").campaign("a")?.is_leading());
     /// # Ok::<(), redmutex::Error>(())
     /// ```
@@ -219,10 +230,12 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use redmutex::LeadershipEnd;
     /// use std::time::Duration;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let election = redlock.new_election("e").with_expiry(Duration::from_millis(600));
     /// let leadership = election.campaign("a")?;
@@ -247,8 +260,9 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let election = redlock.new_election("e");
     /// election.campaign("a")?.resign()?;
     /// assert!(election.leader()?.is_none());
@@ -273,9 +287,11 @@ impl Leadership {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use std::time::Duration;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let election = redlock.new_election("scheduler").with_expiry(Duration::from_millis(600));
     /// let rounds = election.campaign("host-a")?.run(|lease| {

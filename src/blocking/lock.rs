@@ -26,9 +26,11 @@ use crate::primitives::run;
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 /// use std::time::Duration;
+///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 ///
 /// let mutex = redlock.new_mutex("job:compact").with_expiry(Duration::from_secs(2));
 /// let lock = mutex.lock()?;
@@ -64,9 +66,11 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use std::time::{Duration, Instant};
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let before = Instant::now();
     /// let lock = redlock.new_mutex("job:a").with_expiry(Duration::from_secs(5)).lock()?;
@@ -84,8 +88,9 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(1);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let lock = redlock.new_mutex("job:b").lock()?;
     /// assert_eq!(lock.value().len(), 22); // 16 random bytes, base64url
     /// # Ok::<(), redmutex::Error>(())
@@ -100,8 +105,9 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let mutex = redlock.new_mutex("ledger").with_fencing(true);
     /// let first = mutex.lock()?;
     /// let t1 = first.token().expect("fencing is on");
@@ -118,8 +124,9 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(1);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// assert_eq!(redlock.new_mutex("job:c").lock()?.name(), "job:c");
     /// # Ok::<(), redmutex::Error>(())
     /// ```
@@ -132,8 +139,9 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(1);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let lock = redlock.new_multi_mutex(["a", "b"]).lock()?;
     /// assert_eq!(lock.names().collect::<Vec<_>>(), ["a", "b"]);
     /// # Ok::<(), redmutex::Error>(())
@@ -155,8 +163,9 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let lock = redlock.new_mutex("job:d").lock()?;
     /// let before = lock.valid_until();
     /// std::thread::sleep(std::time::Duration::from_millis(10));
@@ -182,9 +191,11 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use redmutex::Error;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let lock = redlock.new_mutex("job:e").lock()?;
     /// let clone = lock.clone();
@@ -205,9 +216,11 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use std::time::Duration;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let mutex = redlock.new_mutex("job:export").with_expiry(Duration::from_millis(600));
     /// let lock = mutex.lock()?;
@@ -257,9 +270,11 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use std::time::Duration;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let mutex = redlock.new_mutex("report:nightly").with_expiry(Duration::from_millis(600));
     /// let written = mutex.lock()?.run(|lease| {
@@ -290,9 +305,11 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use std::time::Duration;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let lock = redlock.new_mutex("compaction").lock()?; // an 8 s expiry
     /// let done = lock.run_renewing_every(Duration::from_secs(1), |lease| lease.is_held())?;
@@ -348,8 +365,9 @@ pub(crate) fn under<T>(
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 /// let lock = redlock.new_mutex("ledger").with_fencing(true).lock()?;
 /// lock.run(|lease| {
 ///     assert!(lease.is_held() && lease.lost().is_none());
@@ -411,10 +429,12 @@ impl fmt::Debug for Lock {
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 /// use redmutex::KeepAliveEnd;
 /// use std::time::Duration;
+///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 ///
 /// let lock = redlock.new_mutex("job:reindex").with_expiry(Duration::from_millis(600)).lock()?;
 /// let keep = lock.keep_alive(Duration::from_millis(200)).max_hold(Duration::from_secs(60));
@@ -447,10 +467,12 @@ impl KeepAlive {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use redmutex::KeepAliveEnd;
     /// use std::time::Duration;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let lock = redlock.new_mutex("job:limited").lock()?;
     /// let keep = lock.keep_alive(Duration::from_millis(50)).max_extensions(2);

@@ -37,10 +37,12 @@
 //! # Examples
 //!
 //! ```
-//! # let cluster = testenv::Cluster::start(3);
-//! # let urls = cluster.urls();
 //! use redmutex::blocking::Redlock;
 //! use std::time::Duration;
+//!
+//! // Local test nodes (redmutex-testenv); production code passes its own URLs.
+//! let cluster = redmutex_testenv::Cluster::start(3);
+//! let urls = cluster.urls();
 //!
 //! // e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", ...]
 //! let redlock = Redlock::connect(urls)?;

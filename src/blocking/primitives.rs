@@ -17,9 +17,11 @@ use crate::error::Error;
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 /// use std::time::Duration;
+///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 ///
 /// let mutex = redlock
 ///     .new_mutex("inventory:sku-42")
@@ -63,8 +65,9 @@ impl Mutex {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let lock = redlock.new_mutex("job:rebuild-index").lock()?;
     /// assert!(lock.valid_until() > std::time::Instant::now());
     /// lock.unlock()?;
@@ -85,9 +88,11 @@ impl Mutex {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use redmutex::Error;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let mutex = redlock.new_mutex("job:send-invoices");
     /// let first = mutex.try_lock()?;
@@ -106,8 +111,9 @@ impl Mutex {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let mutex = redlock.new_mutex("job:export");
     /// let original = mutex.lock()?;
     /// let value = original.value().to_owned();
@@ -136,10 +142,12 @@ impl fmt::Debug for Mutex {
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 /// use redmutex::Error;
 /// use std::time::Duration;
+///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 ///
 /// let prices = redlock.new_rwlock("prices").with_expiry(Duration::from_secs(5));
 /// let reader = prices.read()?;
@@ -175,8 +183,9 @@ impl RwLock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let reader = redlock.new_rwlock("catalog").read()?;
     /// assert_eq!(reader.name(), "catalog");
     /// reader.unlock()?;
@@ -196,9 +205,11 @@ impl RwLock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use redmutex::Error;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let catalog = redlock.new_rwlock("catalog");
     /// let writer = catalog.write()?;
@@ -221,8 +232,9 @@ impl RwLock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let writer = redlock.new_rwlock("catalog").write()?;
     /// // ... rewrite the catalog ...
     /// writer.unlock()?;
@@ -242,9 +254,11 @@ impl RwLock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use redmutex::Error;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let catalog = redlock.new_rwlock("catalog");
     /// let reader = catalog.read()?;
@@ -274,9 +288,11 @@ impl fmt::Debug for RwLock {
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 /// use redmutex::Error;
+///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
 ///
 /// let payments = redlock.new_semaphore("payments-api", 2);
 /// let first = payments.acquire()?;
@@ -314,8 +330,9 @@ impl Semaphore {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let permit = redlock.new_semaphore("crawler:example.org", 3).acquire()?;
     /// // ... crawl ...
     /// permit.unlock()?;
@@ -337,9 +354,11 @@ impl Semaphore {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use redmutex::Error;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let only = redlock.new_semaphore("licence", 1);
     /// let held = only.try_acquire()?;

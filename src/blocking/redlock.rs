@@ -16,9 +16,11 @@ use crate::nodes::member::MemberClient;
 /// # Examples
 ///
 /// ```
-/// # let cluster = testenv::Cluster::start(5);
-/// # let urls = cluster.urls();
 /// use redmutex::blocking::Redlock;
+///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(5);
+/// let urls = cluster.urls();
 ///
 /// // e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", ...]
 /// let redlock = Redlock::connect(urls)?;
@@ -88,9 +90,11 @@ impl Redlock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let urls = cluster.urls();
     /// use redmutex::blocking::Redlock;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let urls = cluster.urls();
     ///
     /// let clients = urls
     ///     .iter()
@@ -116,9 +120,11 @@ impl Redlock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use std::time::Duration;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let mutex = redlock.new_mutex("book:978-0-13-468599-1").with_expiry(Duration::from_secs(30));
     /// assert_eq!(mutex.name(), "book:978-0-13-468599-1");
@@ -135,9 +141,11 @@ impl Redlock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// use redmutex::Error;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     ///
     /// let transfer = redlock.new_multi_mutex(["account:1", "account:2"]);
     /// let lock = transfer.lock()?;
@@ -160,8 +168,9 @@ impl Redlock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let config = redlock.new_rwlock("config:pricing");
     /// let reader = config.read()?;
     /// let another = config.read()?; // readers hold together
@@ -180,8 +189,9 @@ impl Redlock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let crawlers = redlock.new_semaphore("crawler:example.org", 3);
     /// assert_eq!((crawlers.permits(), crawlers.quorum()), (3, 3));
     /// # Ok::<(), redmutex::Error>(())
@@ -195,8 +205,9 @@ impl Redlock {
     /// # Examples
     ///
     /// ```
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::blocking::Redlock::connect(cluster.urls())?;
     /// let leadership = redlock.new_election("scheduler").campaign("host-a")?;
     /// assert_eq!(leadership.identity(), "host-a");
     /// # Ok::<(), redmutex::Error>(())

@@ -1068,7 +1068,10 @@ mod tests {
             Request::new(Op::Extend, &target, &Arc::from("v"), 8000)
         };
         let across = build(&["a", "b"]);
-        assert_ne!(testenv::key_slot("a"), testenv::key_slot("b"));
+        assert_ne!(
+            redmutex_testenv::key_slot("a"),
+            redmutex_testenv::key_slot("b")
+        );
         assert!(across.message(Member::Standalone).is_ok());
         match across.message(Member::Cluster) {
             Err(refusal @ NodeErrorKind::CrossSlot) => {
@@ -1088,7 +1091,7 @@ mod tests {
         }
     }
 
-    /// The slots the engine computes are the cluster's (`testenv::key_slot` follows the
+    /// The slots the engine computes are the cluster's (`redmutex_testenv::key_slot` follows the
     /// specification, and its own tests check it against `CLUSTER KEYSLOT`).
     #[test]
     fn slots_are_the_cluster_specification() {
@@ -1106,14 +1109,14 @@ mod tests {
         let mut first_in_slot = std::collections::HashMap::new();
         let mut shared = 0;
         for name in &names {
-            let slot = testenv::key_slot(name);
+            let slot = redmutex_testenv::key_slot(name);
             let first: &String = first_in_slot.entry(slot).or_insert(name);
             assert!(pair(first, name), "{first} {name}");
             shared += usize::from(first != name);
             let other = &names[0];
             assert_eq!(
                 pair(other, name),
-                slot == testenv::key_slot(other),
+                slot == redmutex_testenv::key_slot(other),
                 "{name}"
             );
         }

@@ -43,10 +43,11 @@ use crate::error::NodeErrorKind;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let cluster = testenv::Cluster::start(3);
 /// use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 /// use redmutex::{NodeConnection, Redlock};
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
 /// let mut connections = Vec::new();
 /// for url in cluster.urls() {
 ///     let config = ConnectionManagerConfig::new()
@@ -67,10 +68,11 @@ use crate::error::NodeErrorKind;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let cluster = testenv::RedisCluster::start(3, 0);
 /// use redis::cluster::ClusterClient;
 /// use redmutex::{NodeConnection, Redlock};
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::RedisCluster::start(3, 0);
 /// let client = ClusterClient::new(cluster.urls())?; // no response timeout by default
 /// let connection = client.get_async_connection().await?;
 /// let redlock = Redlock::new([NodeConnection::from(connection)])?;

@@ -70,7 +70,7 @@ mod tests {
         );
         assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
         for key in ["order:42", "{user:1}:cart", "a{}b", "é"] {
-            assert_eq!(key_slot(key), testenv::key_slot(key), "{key}");
+            assert_eq!(key_slot(key), redmutex_testenv::key_slot(key), "{key}");
         }
     }
 

@@ -38,11 +38,12 @@ pub(crate) fn node_client(url: &str) -> redis::RedisResult<redis::Client> {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let standalone = testenv::Cluster::start(2);
-/// # let cluster = testenv::RedisCluster::start(3, 0);
 /// use redis::cluster::ClusterClient;
 /// use redmutex::{MemberClient, Redlock};
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let standalone = redmutex_testenv::Cluster::start(2);
+/// let cluster = redmutex_testenv::RedisCluster::start(3, 0);
 /// // Two standalone servers and one Redis Cluster: three members, a quorum of two.
 /// let members: Vec<MemberClient> = vec![
 ///     redis::Client::open(standalone.urls()[0].as_str())?.into(),

@@ -146,7 +146,7 @@ mod tests {
     /// line of code of `release.lua`, after its header and the blank line.
     #[tokio::test]
     async fn a_syntax_error_is_reported_where_it_was_written() {
-        let cluster = testenv::Cluster::start(1);
+        let cluster = redmutex_testenv::Cluster::start(1);
         let client = redis::Client::open(cluster.urls()[0].as_str()).expect("a URL");
         let mut connection = client
             .get_multiplexed_async_connection()

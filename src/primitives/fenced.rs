@@ -43,9 +43,10 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET.text()
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let cluster = testenv::Cluster::start(1);
 /// use redmutex::fenced_set;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(1);
 /// let client = redis::Client::open(cluster.node(0).url())?;
 /// let mut store = client.get_multiplexed_async_connection().await?;
 /// assert!(fenced_set(&mut store, "balance", "100", 7).await?);

@@ -29,10 +29,11 @@ use crate::primitives::run;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// use std::time::{Duration, Instant};
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// let mutex = redlock.new_mutex("job:compact").with_expiry(Duration::from_secs(2));
 /// let lock = mutex.lock().await?;
 ///
@@ -75,10 +76,11 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::time::{Duration, Instant};
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let before = Instant::now();
     /// let lock = redlock.new_mutex("job:a").with_expiry(Duration::from_secs(5)).lock().await?;
     /// // At most expiry minus the 1 % drift allowance.
@@ -98,8 +100,9 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(1);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let lock = redlock.new_mutex("job:b").lock().await?;
     /// assert_eq!(lock.value().len(), 22); // 16 random bytes, base64url
     /// # Ok(())
@@ -124,8 +127,9 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let mutex = redlock.new_mutex("ledger").with_fencing(true);
     /// let first = mutex.lock().await?;
     /// let t1 = first.token().expect("fencing is on");
@@ -146,8 +150,9 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(1);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let lock = redlock.new_mutex("job:c").lock().await?;
     /// assert_eq!(lock.name(), "job:c");
     /// # Ok(())
@@ -164,8 +169,9 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(1);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let lock = redlock.new_mutex("job:c").lock().await?;
     /// let names: Vec<&str> = lock.names().collect();
     /// assert_eq!(names, ["job:c"]);
@@ -225,8 +231,9 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let lock = redlock.new_mutex("job:d").lock().await?;
     /// let before = lock.valid_until();
     /// tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -270,10 +277,11 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use redmutex::Error;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let lock = redlock.new_mutex("job:e").lock().await?;
     /// let clone = lock.clone();
     /// lock.unlock().await?;
@@ -296,10 +304,11 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let mutex = redlock.new_mutex("job:export");
     /// let lock = mutex.lock().await?;
     /// let keep = lock.keep_alive(mutex.expiry() / 3).max_extensions(100);
@@ -360,10 +369,11 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let mutex = redlock
     ///     .new_mutex("report:nightly")
     ///     .with_expiry(Duration::from_millis(600))
@@ -405,10 +415,11 @@ impl Lock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let lock = redlock.new_mutex("compaction").lock().await?; // an 8 s expiry
     /// let every = Duration::from_secs(1);
     /// lock.run_renewing_every(every, tokio::time::sleep(Duration::from_millis(50))).await?;

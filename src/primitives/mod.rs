@@ -332,7 +332,7 @@ mod tests {
             release(true, true),
         ];
         for name in ["order:42", "{user:1}:cart", "x{y", "{x}", "é{ü}"] {
-            let slot = testenv::key_slot(name);
+            let slot = redmutex_testenv::key_slot(name);
             let targets: [Box<dyn Target>; 5] = [
                 Box::new(MutexTarget::new(name.into())),
                 Box::new(MultiTarget::new([Arc::from(name)])),
@@ -367,10 +367,14 @@ mod tests {
                         _ => &words[1..2],
                     };
                     for key in keys {
-                        assert_eq!(testenv::key_slot(key), slot, "{key} in {context}");
+                        assert_eq!(redmutex_testenv::key_slot(key), slot, "{key} in {context}");
                     }
                     for channel in words.iter().filter(|w| w.starts_with(NOTICE_PREFIX)) {
-                        assert_eq!(testenv::key_slot(channel), slot, "{channel} in {context}");
+                        assert_eq!(
+                            redmutex_testenv::key_slot(channel),
+                            slot,
+                            "{channel} in {context}"
+                        );
                         let prefix = slot_prefix(name).expect("a prefix");
                         assert_eq!(*channel, format!("{NOTICE_PREFIX}{prefix}"), "{context}");
                     }

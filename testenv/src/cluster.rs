@@ -50,8 +50,8 @@ impl Cluster {
     /// # Examples
     ///
     /// ```
-    /// let binary = testenv::redis_server_binary().unwrap();
-    /// let cluster = testenv::Cluster::start_with([binary.clone(), binary]);
+    /// let binary = redmutex_testenv::redis_server_binary().unwrap();
+    /// let cluster = redmutex_testenv::Cluster::start_with([binary.clone(), binary]);
     /// assert_eq!(cluster.len(), 2);
     /// ```
     pub fn start_with<I>(binaries: I) -> Cluster
@@ -82,8 +82,8 @@ impl Cluster {
     /// # Examples
     ///
     /// ```
-    /// let tls = testenv::Tls::new();
-    /// let cluster = testenv::Cluster::start_tls(1, &tls);
+    /// let tls = redmutex_testenv::Tls::new();
+    /// let cluster = redmutex_testenv::Cluster::start_tls(1, &tls);
     /// assert!(cluster.tls_urls()[0].starts_with("rediss://127.0.0.1:"));
     /// // Give a client the URLs and `tls.ca_pem()` to trust.
     /// ```

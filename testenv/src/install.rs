@@ -78,7 +78,7 @@ pub fn redis_server_binary() -> Result<PathBuf, Error> {
 /// # Examples
 ///
 /// ```
-/// let cli = testenv::redis_cli_binary().unwrap();
+/// let cli = redmutex_testenv::redis_cli_binary().unwrap();
 /// assert!(cli.ends_with("redis-cli"));
 /// ```
 pub fn redis_cli_binary() -> Result<PathBuf, Error> {

@@ -1,4 +1,6 @@
-//! Real `redis-server` nodes on loopback for redmutex's integration tests, examples and benchmarks.
+//! Real `redis-server` nodes on loopback for integration tests of code that takes Redis locks:
+//! redmutex's own tests, examples and benchmarks, and yours (see the README for what it needs and
+//! may install).
 //!
 //! A [`Cluster`] is a set of independent Redis masters, each a child `redis-server` process with its
 //! own port, temporary directory and log file, started with persistence off. Each [`Node`] can be
@@ -30,15 +32,15 @@
 //! [`Cluster::start_tls`] starts nodes that serve TLS with certificates of a throwaway CA ([`Tls`]),
 //! made at test time; [`Node::acl_setuser`] and [`Node::config_set`] set up users and limits.
 //!
-//! This crate is for development only: it panics freely in its helpers, because a failing helper
-//! means a broken test environment, and the panic message says what went wrong.
+//! This crate is meant as a dev-dependency: it panics freely in its helpers, because a failing
+//! helper means a broken test environment, and the panic message says what went wrong.
 //!
 //! # Examples
 //!
 //! ```
 //! use std::time::Duration;
 //!
-//! let cluster = testenv::Cluster::start(3);
+//! let cluster = redmutex_testenv::Cluster::start(3);
 //! assert_eq!(cluster.urls().len(), 3);
 //!
 //! let node = cluster.node(0);
@@ -52,7 +54,7 @@
 //!
 //! // A client that reaches the nodes through proxies, with node 2 cut off from it.
 //! let proxies = cluster.proxies();
-//! proxies.set_mode(&[2], testenv::Mode::Blackhole);
+//! proxies.set_mode(&[2], redmutex_testenv::Mode::Blackhole);
 //! let urls = proxies.urls(); // give these to the client
 //! assert_eq!(urls.len(), 3);
 //! ```
@@ -69,6 +71,11 @@ mod server;
 mod slot;
 mod tls;
 mod topology;
+
+// The README's example runs as a doctest too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub use cluster::Cluster;
 pub use error::Error;

@@ -54,8 +54,8 @@ impl RedisCluster {
     /// # Examples
     ///
     /// ```
-    /// let cluster = testenv::RedisCluster::start(3, 0);
-    /// let slot = testenv::key_slot("{held}");
+    /// let cluster = redmutex_testenv::RedisCluster::start(3, 0);
+    /// let slot = redmutex_testenv::key_slot("{held}");
     /// for key in ["{held}:a", "{held}:b"] {
     ///     cluster.set(key, "v");
     /// }

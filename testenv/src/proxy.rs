@@ -97,7 +97,7 @@ pub enum Mode {
 ///
 /// ```
 /// use std::time::Duration;
-/// use testenv::{Cluster, Mode, Proxy};
+/// use redmutex_testenv::{Cluster, Mode, Proxy};
 ///
 /// let cluster = Cluster::start(1);
 /// let proxy = Proxy::start(cluster.node(0).port());
@@ -238,7 +238,7 @@ impl Proxy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use testenv::{Cluster, Proxy};
+    /// use redmutex_testenv::{Cluster, Proxy};
     ///
     /// let cluster = Cluster::start(1);
     /// let proxy = Proxy::start(cluster.node(0).port());
@@ -295,7 +295,7 @@ impl fmt::Debug for Proxy {
 /// # Examples
 ///
 /// ```
-/// use testenv::{Cluster, Mode};
+/// use redmutex_testenv::{Cluster, Mode};
 ///
 /// let cluster = Cluster::start(5);
 /// let (a, b) = (cluster.proxies(), cluster.proxies());

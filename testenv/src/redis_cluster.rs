@@ -74,7 +74,7 @@ const LOG_TAIL_LINES: usize = 15;
 /// ```
 /// use std::time::Duration;
 ///
-/// use testenv::RedisCluster;
+/// use redmutex_testenv::RedisCluster;
 ///
 /// let cluster = RedisCluster::start(3, 0);
 /// assert_eq!(cluster.masters().len(), 3);
@@ -85,7 +85,7 @@ const LOG_TAIL_LINES: usize = 15;
 /// assert_eq!(owner.get("lock:a").as_deref(), Some("token"));
 ///
 /// // Move the key's slot to another master: the key goes with it, TTL and all.
-/// let slot = testenv::key_slot("lock:a");
+/// let slot = redmutex_testenv::key_slot("lock:a");
 /// let other = cluster.masters().into_iter().find(|m| m.port() != owner.port()).unwrap();
 /// cluster.migrate_slot(slot, other);
 /// assert_eq!(cluster.master_of_key("lock:a").port(), other.port());
@@ -107,7 +107,7 @@ pub struct RedisCluster {
 /// ```
 /// use std::time::Duration;
 ///
-/// let cluster = testenv::RedisCluster::builder()
+/// let cluster = redmutex_testenv::RedisCluster::builder()
 ///     .masters(1)
 ///     .replicas_per_master(0)
 ///     .node_timeout(Duration::from_millis(1500))
@@ -377,7 +377,7 @@ impl RedisCluster {
     /// # Examples
     ///
     /// ```
-    /// let cluster = testenv::RedisCluster::start(1, 0);
+    /// let cluster = redmutex_testenv::RedisCluster::start(1, 0);
     /// let mut cmd = redis::cmd("HSET");
     /// cmd.arg("h").arg("field").arg("1");
     /// let added: i64 = cluster.query_key("h", &cmd);
@@ -473,7 +473,7 @@ impl RedisCluster {
     /// # Examples
     ///
     /// ```
-    /// let cluster = testenv::RedisCluster::start(1, 0);
+    /// let cluster = redmutex_testenv::RedisCluster::start(1, 0);
     /// let mut con = cluster.master_of_key("notices").connection();
     /// redis::cmd("SSUBSCRIBE").arg("notices").exec(&mut con).unwrap();
     /// assert_eq!(cluster.shard_subscribers("notices"), 1);
@@ -571,7 +571,7 @@ impl RedisCluster {
     /// # Examples
     ///
     /// ```
-    /// let cluster = testenv::RedisCluster::start(1, 1);
+    /// let cluster = redmutex_testenv::RedisCluster::start(1, 1);
     /// let master = cluster.masters()[0];
     /// let replica = cluster.replicas_of(master)[0];
     /// cluster.set("k", "v");

@@ -104,7 +104,7 @@ const fn wheel(
 /// # Examples
 ///
 /// ```no_run
-/// use testenv::{Cluster, Release, redis_server_binary, release_binary};
+/// use redmutex_testenv::{Cluster, Release, redis_server_binary, release_binary};
 ///
 /// let old = release_binary(Release::Redis6_2).unwrap();
 /// let current = redis_server_binary().unwrap();

@@ -313,7 +313,7 @@ impl Node {
     /// ```
     /// use std::time::{Duration, Instant};
     ///
-    /// let cluster = testenv::Cluster::start(1);
+    /// let cluster = redmutex_testenv::Cluster::start(1);
     /// let node = cluster.node(0);
     /// let start = Instant::now();
     /// let restart = node.restart_after(Duration::from_millis(100));

@@ -12,7 +12,7 @@ pub const SLOTS: u16 = 16384;
 /// # Examples
 ///
 /// ```
-/// use testenv::{crc16, key_slot};
+/// use redmutex_testenv::{crc16, key_slot};
 ///
 /// assert_eq!(key_slot("foo"), 12182);
 /// // Keys with the same hash tag share a slot, whatever else they hold.
@@ -44,7 +44,7 @@ fn hash_tag(key: &[u8]) -> &[u8] {
 ///
 /// ```
 /// // The check value of CRC-16/XMODEM.
-/// assert_eq!(testenv::crc16(b"123456789"), 0x31C3);
+/// assert_eq!(redmutex_testenv::crc16(b"123456789"), 0x31C3);
 /// ```
 pub fn crc16(bytes: &[u8]) -> u16 {
     bytes.iter().fold(0u16, |crc, &byte| {
@@ -71,9 +71,9 @@ pub fn crc16(bytes: &[u8]) -> u16 {
 /// # Examples
 ///
 /// ```
-/// let key = testenv::key_in_slot("lock:", 42);
+/// let key = redmutex_testenv::key_in_slot("lock:", 42);
 /// assert!(key.starts_with("lock:"));
-/// assert_eq!(testenv::key_slot(&key), 42);
+/// assert_eq!(redmutex_testenv::key_slot(&key), 42);
 /// ```
 pub fn key_in_slot(prefix: &str, slot: u16) -> String {
     assert!(

@@ -24,7 +24,7 @@ use crate::Error;
 /// # Examples
 ///
 /// ```
-/// let tls = testenv::Tls::new().require_client_certs(true);
+/// let tls = redmutex_testenv::Tls::new().require_client_certs(true);
 /// assert!(tls.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
 /// let identity = tls.client_identity();
 /// assert!(identity.key_pem.contains("PRIVATE KEY"));

@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use testenv::{Cluster, Node};
+use redmutex_testenv::{Cluster, Node};
 
 /// Sends `PING` on a fresh raw connection and reads the reply, waiting at most `timeout`.
 fn raw_ping(node: &Node, timeout: Duration) -> std::io::Result<String> {

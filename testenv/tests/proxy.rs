@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use testenv::{Cluster, Mode, Node, Proxies, Proxy};
+use redmutex_testenv::{Cluster, Mode, Node, Proxies, Proxy};
 
 /// A sync connection through `url`, with the given read timeout.
 fn connect(url: &str, read_timeout: Duration) -> redis::Connection {
@@ -74,7 +74,7 @@ fn proxy_types_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Proxy>();
     assert_send_sync::<Proxies>();
-    assert_send_sync::<testenv::RestartHandle>();
+    assert_send_sync::<redmutex_testenv::RestartHandle>();
 }
 
 #[test]

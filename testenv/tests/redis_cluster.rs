@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClient;
-use testenv::{Node, RedisCluster, key_in_slot, key_slot};
+use redmutex_testenv::{Node, RedisCluster, key_in_slot, key_slot};
 
 /// A connection of the redis crate's own cluster client (it routes by itself), seeded with one URL.
 fn cluster_client(seed: &str) -> redis::cluster::ClusterConnection {
@@ -44,12 +44,12 @@ fn ports(nodes: &[&Node]) -> Vec<u16> {
 fn redis_cluster_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<RedisCluster>();
-    assert_send_sync::<testenv::Migration<'static>>();
+    assert_send_sync::<redmutex_testenv::Migration<'static>>();
 }
 
 #[test]
 fn redis_cli_is_found() {
-    let cli = testenv::redis_cli_binary().unwrap();
+    let cli = redmutex_testenv::redis_cli_binary().unwrap();
     let output = std::process::Command::new(&cli)
         .arg("--version")
         .output()
@@ -219,7 +219,7 @@ fn a_migrated_slot_takes_its_keys_to_the_new_master() {
     for key in &keys {
         cluster.set_px(key, "v", Duration::from_secs(60));
     }
-    let bystander = key_in_slot("still:", slot.wrapping_add(1) % testenv::SLOTS);
+    let bystander = key_in_slot("still:", slot.wrapping_add(1) % redmutex_testenv::SLOTS);
     cluster.set(&bystander, "stays");
     let source = cluster.master_of_slot(slot);
     let bystander_owner = cluster.master_of_key(&bystander).port();

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, KeepAliveEnd, Mutex, NodeErrorKind, Redlock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support;
 use crate::support::capture::Capture;

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind, Redlock};
-use testenv::{Cluster, Mode};
+use redmutex_testenv::{Cluster, Mode};
 
 use crate::support;
 use crate::support::{client, holders, present, quick};

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{client, eventually, present, quick, within};
 
@@ -129,7 +129,7 @@ const LONG: Duration = Duration::from_secs(30);
 const CUT: Duration = Duration::from_millis(200);
 
 /// The nodes among `nodes` (none of them paused) where `key` exists.
-fn on(cluster: &testenv::Cluster, nodes: &[usize], key: &str) -> Vec<usize> {
+fn on(cluster: &redmutex_testenv::Cluster, nodes: &[usize], key: &str) -> Vec<usize> {
     nodes
         .iter()
         .copied()
@@ -534,7 +534,10 @@ async fn a_force_unlock_dropped_in_flight_frees_where_it_went() {
 async fn a_checkup_cut_anywhere_leaves_only_an_expiring_scratch_key() {
     let cluster = Cluster::start(1);
     let proxies = cluster.proxies();
-    proxies.set_mode(&[0], testenv::Mode::Delay(Duration::from_millis(20)));
+    proxies.set_mode(
+        &[0],
+        redmutex_testenv::Mode::Delay(Duration::from_millis(20)),
+    );
     let redlock = redmutex::Redlock::connect(proxies.urls())
         .await
         .expect("valid URLs");

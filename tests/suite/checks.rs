@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use redmutex::{CheckKind, CheckReport, CheckStatus, Redlock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::eventually;
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redmutex::{Error, NodeErrorKind, Redlock};
-use testenv::RedisCluster;
+use redmutex_testenv::RedisCluster;
 
 use crate::support::{AHEAD, beside};
 
@@ -161,7 +161,10 @@ async fn a_multi_name_lock_stays_within_one_slot() {
     lock.unlock().await.expect("unlock");
 
     let apart = ["ckeys:from", "ckeys:to"];
-    assert_ne!(testenv::key_slot(apart[0]), testenv::key_slot(apart[1]));
+    assert_ne!(
+        redmutex_testenv::key_slot(apart[0]),
+        redmutex_testenv::key_slot(apart[1])
+    );
     match redlock.new_multi_mutex(apart).with_tries(5).lock().await {
         Err(Error::NoQuorum { failures, .. }) => {
             assert!(matches!(failures[0].kind, NodeErrorKind::CrossSlot));

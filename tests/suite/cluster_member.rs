@@ -16,7 +16,7 @@ use redis::cluster::ClusterClient;
 #[cfg(not(feature = "cluster"))]
 use redmutex::NodeErrorKind;
 use redmutex::{CheckKind, CheckStatus, Error, MemberClient, Mutex, Redlock};
-use testenv::{Cluster, RedisCluster, key_slot};
+use redmutex_testenv::{Cluster, RedisCluster, key_slot};
 
 use crate::support::capture::Capture;
 use crate::support::{increments_under_lock, within};

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redmutex::{Error, Holder, Redlock, Semaphore};
-use testenv::{Cluster, Node, RedisCluster, key_slot};
+use redmutex_testenv::{Cluster, Node, RedisCluster, key_slot};
 
 use crate::support::beside;
 
@@ -470,11 +470,11 @@ async fn fencing_tokens_strictly_increase_across_a_failover() {
 async fn a_write_sent_again_after_a_reset_leaves_nothing_behind() {
     let cluster = RedisCluster::start(1, 0);
     let node = cluster.node(0);
-    let proxy = testenv::Proxy::start(node.port());
+    let proxy = redmutex_testenv::Proxy::start(node.port());
     let tag = "{cluster-primitives:resent}";
     let mut blocked = Vec::new();
     for case in ["mutex", "fenced mutex", "multi-name lock", "writer"] {
-        proxy.set_mode(testenv::Mode::Pass);
+        proxy.set_mode(redmutex_testenv::Mode::Pass);
         node.config_set("cluster-announce-port", &proxy.port().to_string());
         let redlock = Redlock::connect([node.url()]).await.expect("a URL");
         let mutex = |mutex: redmutex::Mutex| {
@@ -517,7 +517,7 @@ async fn a_write_sent_again_after_a_reset_leaves_nothing_behind() {
         // Connected through the proxy, scripts loaded, before the fault.
         attempt().await.expect("free");
         node.del(&key);
-        proxy.set_mode(testenv::Mode::Delay(Duration::from_secs(1)));
+        proxy.set_mode(redmutex_testenv::Mode::Delay(Duration::from_secs(1)));
         let attempt = tokio::spawn(attempt());
         crate::support::within(Duration::from_secs(5), "the write landed", || {
             node.exists(&key)
@@ -525,7 +525,7 @@ async fn a_write_sent_again_after_a_reset_leaves_nothing_behind() {
         .await;
         // The reply is still on its way back through the proxy: it is lost with the connection.
         node.config_set("cluster-announce-port", "0");
-        proxy.set_mode(testenv::Mode::Reset);
+        proxy.set_mode(redmutex_testenv::Mode::Reset);
         let outcome = attempt.await.expect("the attempt ends");
         assert!(
             outcome.is_err(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind, Redlock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::client;
 

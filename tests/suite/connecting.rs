@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redmutex::{Error, Redlock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support;
 use crate::support::{holders, quick};

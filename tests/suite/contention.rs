@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use redmutex::Redlock;
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support;
 use crate::support::contended;
@@ -24,7 +24,7 @@ async fn clients(cluster: &Cluster, n: usize) -> Vec<Redlock> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_atomic_increments_are_never_lost() {
     let cluster = Cluster::start(5);
-    let counter = testenv::Cluster::start(1);
+    let counter = redmutex_testenv::Cluster::start(1);
     let clients = clients(&cluster, 4).await;
     let count = support::increments_under_lock(&clients, "contention:counter", &counter).await;
     assert_eq!(count, "400");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redmutex::{Election, Error, LeaderInfo, Leadership, LeadershipEnd, Redlock, fenced_set};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{beside, client, present};
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redmutex::{Error, Lock, Redlock};
-use testenv::{Cluster, RedisCluster};
+use redmutex_testenv::{Cluster, RedisCluster};
 
 use crate::support;
 use crate::support::history::History;

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{client, eventually, holders, present, quick, within};
 
@@ -351,7 +351,7 @@ mod after_expiry {
     use std::time::Duration;
 
     use redmutex::{Error, Lock, Redlock};
-    use testenv::{Cluster, Node};
+    use redmutex_testenv::{Cluster, Node};
 
     use crate::support::{client, eventually, quick, quick_semaphore};
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redmutex::{Error, Mutex, Redlock};
-use testenv::{Cluster, Mode};
+use redmutex_testenv::{Cluster, Mode};
 
 use crate::support;
 use crate::support::history::History;

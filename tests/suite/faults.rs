@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{cleared_within, client, holders, present, quick, warm_up};
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind, Redlock, fenced_set};
-use testenv::{Cluster, Mode};
+use redmutex_testenv::{Cluster, Mode};
 
 use crate::support;
 use crate::support::{AHEAD, client, contended};

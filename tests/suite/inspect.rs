@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Holder, NodeAnswer, RwLock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{client, quick, quick_semaphore, warm_up, within};
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use redis::Commands;
 use redmutex::{Error, Redlock};
-use testenv::{Cluster, RedisCluster};
+use redmutex_testenv::{Cluster, RedisCluster};
 
 /// What to install when the tests cannot run node-redlock, said once and the same everywhere.
 const NEEDS: &str = "the interop tests (tests/suite/interop.rs) run node-redlock and need Node.js \

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, KeepAliveEnd};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{client, holders, present, within};
 

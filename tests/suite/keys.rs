@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redmutex::Error;
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{self, AHEAD, beside, client, eventually, micros_now, quick};
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Lock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::client;
 

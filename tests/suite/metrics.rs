@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redmutex::{Error, KeepAliveEnd};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{self, client, eventually};

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Mutex, Redlock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support;
 use crate::support::{cleared_within, client, eventually, holders, present, within};

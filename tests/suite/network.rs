@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, NodeErrorKind, Redlock};
-use testenv::{Cluster, Mode, Proxies};
+use redmutex_testenv::{Cluster, Mode, Proxies};
 
 use crate::support::{cleared_within, holders, warm_up};
 

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Lock, Mutex, NodeErrorKind, Redlock};
-use testenv::{Cluster, Node};
+use redmutex_testenv::{Cluster, Node};
 
 use crate::support::{client, holders, warm_up, within};
 
@@ -316,13 +316,13 @@ fn a_connection_attempt_cut_short_by_its_runtime_is_made_again() {
             .expect("runtime")
     };
     // The first attempts hang on the cut-off network when their runtime ends.
-    proxies.set_mode(&all, testenv::Mode::Blackhole);
+    proxies.set_mode(&all, redmutex_testenv::Mode::Blackhole);
     let redlock = runtime().block_on(async {
         let redlock = Redlock::connect(proxies.urls()).await.expect("URLs parse");
         tokio::time::sleep(Duration::from_millis(200)).await;
         redlock
     });
-    proxies.set_mode(&all, testenv::Mode::Pass);
+    proxies.set_mode(&all, redmutex_testenv::Mode::Pass);
     runtime().block_on(async {
         let mutex = mutex(&redlock, "recovery:abandoned").with_tries(20);
         let lock = mutex.lock().await.expect("connected on this runtime");

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redmutex::{Error, Mutex, NodeErrorKind, Redlock};
-use testenv::{Cluster, Node, RedisCluster};
+use redmutex_testenv::{Cluster, Node, RedisCluster};
 
 /// A mutex with room for WAIT (its timeout is half the node timeout: 300 ms here).
 fn acked(redlock: &Redlock, name: &str, replicas: u32) -> Mutex {
@@ -278,7 +278,7 @@ async fn a_write_that_followed_an_ask_is_acknowledged_where_it_landed() {
     let cluster = RedisCluster::start(3, 1);
     let redlock = Redlock::connect([cluster.seed_url()]).await.expect("a URL");
     let tag = "replica-acks:migrating";
-    let slot = testenv::key_slot(tag);
+    let slot = redmutex_testenv::key_slot(tag);
     let source = cluster.master_of_slot(slot);
     let target = cluster
         .masters()

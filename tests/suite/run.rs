@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Lock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{client, present};
 

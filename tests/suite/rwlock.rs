@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Lock, NodeErrorKind, Redlock, RwLock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support;
 use crate::support::history::History;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redmutex::{Mutex, Redlock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::history::History;
 use crate::support::{client, contended, present};

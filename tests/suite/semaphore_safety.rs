@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redmutex::{Error, Redlock, Semaphore};
-use testenv::{Cluster, Mode, Proxies};
+use redmutex_testenv::{Cluster, Mode, Proxies};
 
 use crate::support::history::History;
 use crate::support::{cleared_within, client, quick_semaphore};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redmutex::Redlock;
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 use tracing::Level;
 
 use crate::support;

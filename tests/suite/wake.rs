@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redmutex::{Lock, Mutex, Redlock};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 use tokio::sync::mpsc;
 
 use crate::support::{client, eventually, mark_waited, waiters_mark, within};

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use redmutex::{Error, Redlock};
+use redmutex_testenv::Cluster;
 use serde_json::Value;
-use testenv::Cluster;
 
 use crate::support::{bare, eventually, present, redmutex, redmutex_with_nodes, run};
 
@@ -235,8 +235,9 @@ fn doctor_passes_healthy_nodes() {
 
 #[test]
 fn doctor_names_each_nodes_version_and_what_it_cannot_run() {
-    let old = testenv::release_binary(testenv::Release::Redis6_2).unwrap_or_else(|e| panic!("{e}"));
-    let installed = testenv::redis_server_binary().expect("redis-server");
+    let old = redmutex_testenv::release_binary(redmutex_testenv::Release::Redis6_2)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let installed = redmutex_testenv::redis_server_binary().expect("redis-server");
     let cluster = Cluster::start_with([installed, old]);
     let ran = run(redmutex(&cluster), &["doctor"]);
     // Too old for some primitives is a warning: the node still serves the others.
@@ -490,7 +491,7 @@ fn help_reads_well_and_exits_0() {
 #[test]
 fn doctor_passes_a_redis_cluster_member() {
     let standalone = Cluster::start(2);
-    let cluster = testenv::RedisCluster::start(3, 0);
+    let cluster = redmutex_testenv::RedisCluster::start(3, 0);
     let urls = standalone.urls();
     let nodes = format!("{},{},{}", urls[0], cluster.seed_url(), urls[1]);
     let ran = run(redmutex_with_nodes(&nodes), &["doctor"]);

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 use crate::support::{eventually, redmutex, run};
 

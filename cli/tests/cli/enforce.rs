@@ -22,8 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use redmutex_testenv::Cluster;
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
-use testenv::Cluster;
 
 use crate::support::{eventually, present, redmutex, run};
 

@@ -9,8 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redmutex::Redlock;
+use redmutex_testenv::Cluster;
 use rustix::process::{Pid, Signal, kill_process};
-use testenv::Cluster;
 
 use crate::support::{eventually, present, redmutex, run};
 

@@ -177,7 +177,7 @@ mod tests {
     /// names it. `cargo test --lib --no-default-features -- nodes::reconnect` runs the other side.
     #[tokio::test]
     async fn a_cluster_node_stands_for_its_cluster_or_names_the_feature() {
-        let cluster = testenv::RedisCluster::start(1, 0);
+        let cluster = redmutex_testenv::RedisCluster::start(1, 0);
         let client = MemberClient::Node(Client::open(cluster.seed_url()).expect("a URL"));
         let opened = open(&client, &[], false).await;
         #[cfg(feature = "cluster")]

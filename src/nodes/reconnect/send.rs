@@ -165,7 +165,7 @@ mod tests {
     /// never sent on to follow redirections).
     #[tokio::test]
     async fn a_moved_reply_shows_a_cluster_that_info_did_not() {
-        let cluster = testenv::RedisCluster::start(3, 0);
+        let cluster = redmutex_testenv::RedisCluster::start(3, 0);
         for node in cluster.nodes() {
             node.acl_setuser("app", &["on", ">pw", "~*", "&*", "+@all", "-info"]);
         }

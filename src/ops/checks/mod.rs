@@ -60,9 +60,10 @@ const SCRATCH_EXPIRY: Duration = Duration::from_secs(10);
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
 /// use redmutex::{CheckStatus, Redlock};
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
 /// let redlock = Redlock::connect(cluster.urls()).await?;
 /// let report = redlock.checkup().run().await;
 /// for check in report.checks() {
@@ -179,8 +180,9 @@ impl Checkup {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let checkup = redlock.checkup().with_timeout(Duration::from_millis(500));
     /// # Ok(())
     /// # }
@@ -199,7 +201,8 @@ impl Checkup {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let checkup = redlock.checkup().with_scratch_prefix("locks:check:");
     /// # Ok(())
     /// # }
@@ -271,8 +274,9 @@ impl CheckReport {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let report = redlock.checkup().run().await;
     /// assert!(report.sound_nodes() >= report.quorum());
     /// # Ok(())

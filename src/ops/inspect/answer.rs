@@ -20,10 +20,11 @@ use crate::{Mutex, RwLock, Semaphore};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// use redmutex::NodeAnswer;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// let state = redlock.new_mutex("job:rotate-logs").inspect().await?;
 /// for node in state.nodes() {
 ///     match &node.answer {
@@ -67,10 +68,11 @@ pub struct NodeLockState {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// use redmutex::NodeAnswer;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// let workers = redlock.new_semaphore("workers", 3);
 /// let permit = workers.acquire().await?;
 /// let state = workers.inspect().await?;

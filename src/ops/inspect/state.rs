@@ -23,8 +23,9 @@ use crate::{Mutex, RwLock, Semaphore};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// let mutex = redlock.new_mutex("job:backup");
 /// assert!(!mutex.inspect().await?.is_held());
 ///
@@ -59,10 +60,11 @@ struct Held {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// use redmutex::Holder;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// let catalog = redlock.new_rwlock("catalog");
 /// let (first, second) = (catalog.read().await?, catalog.read().await?);
 /// match catalog.inspect().await?.holder() {
@@ -115,8 +117,9 @@ impl Holder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let workers = redlock.new_semaphore("workers", 2);
     /// let permit = workers.acquire().await?;
     /// let state = workers.inspect().await?;
@@ -287,10 +290,11 @@ impl LockState {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use redmutex::Holder;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let exports = redlock.new_semaphore("exports", 3);
     /// let (first, second) = (exports.acquire().await?, exports.acquire().await?);
     /// // A mutex over the name sees the semaphore too.
@@ -329,8 +333,9 @@ impl LockState {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let mutex = redlock.new_mutex("job:fingerprint");
     /// let lock = mutex.lock().await?;
     /// let fingerprint = mutex.inspect().await?.fingerprint().map(str::to_owned);
@@ -364,8 +369,9 @@ impl LockState {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// assert_eq!(redlock.new_mutex("job:q").inspect().await?.quorum(), 2);
     /// assert_eq!(redlock.new_semaphore("job:q", 2).inspect().await?.quorum(), 3);
     /// # Ok(())

@@ -60,10 +60,11 @@ pub(crate) use target::{SCRIPTS, SUFFIXES};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
 /// use redmutex::Redlock;
 /// use std::time::Duration;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
 /// let redlock = Redlock::connect(cluster.urls()).await?;
 /// let election = redlock.new_election("scheduler").with_expiry(Duration::from_secs(2));
 /// let leadership = election.campaign("host-a").await?;
@@ -117,8 +118,9 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock.new_election("cron").with_expiry(Duration::from_secs(4));
     /// assert_eq!(election.expiry(), Duration::from_secs(4));
     /// # Ok(())
@@ -139,8 +141,9 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock.new_election("cron").with_renew_every(Duration::from_secs(1));
     /// assert_eq!(election.renew_every(), Duration::from_secs(1));
     /// # Ok(())
@@ -162,8 +165,9 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock.new_election("cron").with_max_wait(Duration::from_secs(30));
     /// # Ok(())
     /// # }
@@ -182,7 +186,8 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock.new_election("cron").with_tries(1); // one attempt: try to lead
     /// # Ok(())
     /// # }
@@ -202,8 +207,9 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock.new_election("cron").with_retry_delay(Duration::from_millis(100));
     /// # Ok(())
     /// # }
@@ -221,8 +227,9 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock
     ///     .new_election("cron")
     ///     .with_retry_delay_fn(|n| Duration::from_millis(50 * u64::from(n.min(10))));
@@ -246,7 +253,8 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock.new_election("cron").with_drift_factor(0.02);
     /// # Ok(())
     /// # }
@@ -264,7 +272,8 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock.new_election("cron").with_timeout_factor(0.1);
     /// # Ok(())
     /// # }
@@ -282,7 +291,8 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_election("cron").name(), "cron");
     /// # Ok(())
     /// # }
@@ -298,7 +308,8 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_election("cron").expiry(), std::time::Duration::from_secs(8));
     /// # Ok(())
     /// # }
@@ -314,8 +325,9 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let election = redlock.new_election("cron").with_expiry(Duration::from_secs(3));
     /// assert_eq!(election.renew_every(), Duration::from_secs(1));
     /// # Ok(())
@@ -366,8 +378,9 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let election = redlock.new_election("indexer");
     /// let first = election.campaign("pod-1").await?;
     /// first.resign().await?;
@@ -417,8 +430,9 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let election = redlock.new_election("indexer");
     /// assert!(election.leader().await?.is_none());
     /// # Ok(())
@@ -463,11 +477,12 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use futures::StreamExt;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let election = redlock.new_election("indexer").with_expiry(Duration::from_secs(1));
     /// let mut watch = Box::pin(election.watch());
     /// assert!(watch.next().await.expect("a first reading")?.is_none());
@@ -606,10 +621,11 @@ pub enum LeadershipEnd {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// use std::time::Duration;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// let election = redlock.new_election("billing").with_expiry(Duration::from_secs(1));
 /// let leadership = election.campaign("worker-3").await?;
 /// tokio::select! {
@@ -639,8 +655,9 @@ impl Leadership {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let election = redlock.new_election("e");
     /// let first = election.campaign("a").await?.epoch();
     /// let second = election.campaign("b").await?.epoch(); // after the first was dropped
@@ -659,8 +676,9 @@ impl Leadership {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let leadership = redlock.new_election("e").campaign("a").await?;
     /// assert_eq!(leadership.identity(), "a");
     /// # Ok(())
@@ -678,8 +696,9 @@ impl Leadership {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let leadership = redlock.new_election("e").campaign("a").await?;
     /// assert!(leadership.valid_until() > std::time::Instant::now());
     /// # Ok(())
@@ -698,8 +717,9 @@ impl Leadership {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let leadership = redlock.new_election("e").campaign("a").await?;
     /// assert!(leadership.end().is_none());
     /// # Ok(())
@@ -720,8 +740,9 @@ impl Leadership {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let leadership = redlock.new_election("e").campaign("a").await?;
     /// assert!(leadership.is_leading());
     /// # Ok(())
@@ -745,11 +766,12 @@ impl Leadership {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use redmutex::LeadershipEnd;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let election = redlock.new_election("e").with_expiry(Duration::from_millis(600));
     /// let leadership = election.campaign("a").await?;
     /// for node in 0..3 {
@@ -793,8 +815,9 @@ impl Leadership {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let election = redlock.new_election("e");
     /// election.campaign("a").await?.resign().await?;
     /// assert!(election.leader().await?.is_none());
@@ -834,10 +857,11 @@ impl Leadership {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let election = redlock.new_election("scheduler").with_expiry(Duration::from_millis(600));
     /// let leadership = election.campaign("host-a").await?;
     /// let epoch = leadership.epoch(); // read before: run takes the leadership

@@ -267,7 +267,11 @@ mod tests {
                 ]
             );
             for key in &words(&cmd)[3..6] {
-                assert_eq!(testenv::key_slot(key), testenv::key_slot("jobs"), "{key}");
+                assert_eq!(
+                    redmutex_testenv::key_slot(key),
+                    redmutex_testenv::key_slot("jobs"),
+                    "{key}"
+                );
             }
         }
         assert_eq!(record_key("{user:1}:cron"), "{user:1}:cron::leader");

@@ -78,11 +78,12 @@ struct Limits {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
-/// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// use redmutex::KeepAliveEnd;
 /// use std::time::Duration;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
+/// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
 /// let mutex = redlock.new_mutex("job:reindex").with_expiry(Duration::from_millis(600));
 /// let lock = mutex.lock().await?;
 /// let keep = lock.keep_alive(Duration::from_millis(200)).max_hold(Duration::from_secs(60));
@@ -145,10 +146,11 @@ impl KeepAlive {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let mutex = redlock.new_mutex("job:export").with_expiry(Duration::from_secs(6));
     /// let lock = mutex.lock().await?;
     /// // The job needs up to a second to stop cleanly once told: told a second early.

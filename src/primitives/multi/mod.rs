@@ -465,10 +465,10 @@ mod tests {
                 "redmutex:released:{o}:b:"
             ]
         );
-        let slot = testenv::key_slot("o");
+        let slot = redmutex_testenv::key_slot("o");
         for word in &release[3..] {
             if word != "v" && word != "SPUBLISH" {
-                assert_eq!(testenv::key_slot(word), slot, "{word}");
+                assert_eq!(redmutex_testenv::key_slot(word), slot, "{word}");
             }
         }
         let fenced = target.command(Op::AcquireFenced, Delivery::ByDigest, Cluster, "v", 8);

@@ -61,10 +61,11 @@ pub(crate) use target::{
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
 /// use redmutex::Redlock;
 /// use std::time::Duration;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
 /// let redlock = Redlock::connect(cluster.urls()).await?;
 /// let mutex = redlock
 ///     .new_mutex("inventory:sku-42")
@@ -123,8 +124,9 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock.new_mutex("report").with_expiry(Duration::from_secs(30));
     /// assert_eq!(mutex.expiry(), Duration::from_secs(30));
     /// # Ok(())
@@ -145,7 +147,8 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock.new_mutex("report").with_tries(3);
     /// # Ok(())
     /// # }
@@ -187,11 +190,12 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use redmutex::Error;
     /// use std::time::{Duration, Instant};
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let held = redlock.new_mutex("report").lock().await?;
     /// let waiter = redlock.new_mutex("report").with_max_wait(Duration::from_millis(200));
     /// let started = Instant::now();
@@ -225,8 +229,9 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock.new_mutex("report").with_retry_delay(Duration::from_millis(100));
     /// # Ok(())
     /// # }
@@ -245,8 +250,9 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock
     ///     .new_mutex("report")
     ///     .with_retry_delay_fn(|attempt| Duration::from_millis(10 << attempt.min(6)));
@@ -270,7 +276,8 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock.new_mutex("report").with_drift_factor(0.02);
     /// # Ok(())
     /// # }
@@ -289,8 +296,9 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// // 2 s expiry, 100 ms per node.
     /// let mutex = redlock
     ///     .new_mutex("report")
@@ -319,7 +327,8 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock.new_mutex("report").with_fail_fast(true);
     /// # Ok(())
     /// # }
@@ -339,7 +348,8 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock.new_mutex("order:42").with_metrics_label("checkout");
     /// # Ok(())
     /// # }
@@ -381,7 +391,8 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock.new_mutex("ledger").with_fencing(true);
     /// # Ok(())
     /// # }
@@ -428,10 +439,11 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::Redlock;
     /// use std::time::{Duration, Instant};
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
     /// let redlock = Redlock::connect(cluster.urls()).await?;
     /// // A long retry delay: only the release notice can wake the waiter early.
     /// let mutex = redlock
@@ -488,10 +500,11 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let cluster = testenv::Cluster::start(3);
     /// use redmutex::Redlock;
     /// use std::time::Duration;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
     /// // Two processes in real life; two clients here.
     /// let (first, second) = (Redlock::connect(cluster.urls()).await?, Redlock::connect(cluster.urls()).await?);
     /// let mutex = |redlock: &Redlock| redlock.new_mutex("printer").with_fair(true);
@@ -547,9 +560,10 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let cluster = testenv::RedisCluster::start(3, 1);
     /// use redmutex::Redlock;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::RedisCluster::start(3, 1);
     /// // A Redis Cluster with one replica per master, as one member.
     /// let redlock = Redlock::connect([cluster.seed_url()]).await?;
     /// let mutex = redlock.new_mutex("ledger").with_replica_acks(1);
@@ -572,7 +586,8 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let mutex = redlock.new_mutex("report").with_shuffle_nodes(true);
     /// # Ok(())
     /// # }
@@ -592,10 +607,11 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(1);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::sync::atomic::{AtomicU64, Ordering};
     /// use std::time::{SystemTime, UNIX_EPOCH};
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// static SEQUENCE: AtomicU64 = AtomicU64::new(0);
     ///
     /// // Traceable values: who took the lock, unique across restarts (start time) and within the
@@ -627,7 +643,8 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_mutex("report").name(), "report");
     /// # Ok(())
     /// # }
@@ -644,7 +661,8 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let transfer = redlock.new_multi_mutex(["account:7", "account:3", "account:7"]);
     /// let names: Vec<&str> = transfer.names().collect();
     /// assert_eq!(names, ["account:7", "account:3"]);
@@ -662,8 +680,9 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_mutex("report").expiry(), Duration::from_secs(8));
     /// # Ok(())
     /// # }
@@ -703,8 +722,9 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let lock = redlock.new_mutex("job:rebuild-index").lock().await?;
     /// assert!(lock.valid_until() > std::time::Instant::now());
     /// lock.unlock().await?;
@@ -734,10 +754,11 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use redmutex::Error;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let mutex = redlock.new_mutex("job:send-invoices");
     /// let first = mutex.try_lock().await?;
     /// assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
@@ -764,8 +785,9 @@ impl Mutex {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let mutex = redlock.new_mutex("job:export");
     /// let original = mutex.lock().await?;
     /// let value = original.value().to_owned();

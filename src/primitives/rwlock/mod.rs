@@ -84,10 +84,11 @@ pub(crate) use target::{NEEDS, ReadTarget, SCRIPTS, SUFFIXES, WriteTarget, mark_
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(3);
 /// use redmutex::{Error, Redlock};
 /// use std::time::Duration;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(3);
 /// let redlock = Redlock::connect(cluster.urls()).await?;
 /// let prices = redlock.new_rwlock("prices").with_expiry(Duration::from_secs(5));
 ///
@@ -152,8 +153,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_expiry(Duration::from_secs(30));
     /// assert_eq!(rwlock.expiry(), Duration::from_secs(30));
     /// # Ok(())
@@ -174,7 +176,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let catalog = redlock.new_rwlock("catalog").with_metrics_label("catalog");
     /// # Ok(())
     /// # }
@@ -194,8 +197,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_max_wait(Duration::from_secs(10));
     /// # Ok(())
     /// # }
@@ -213,7 +217,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_tries(3);
     /// # Ok(())
     /// # }
@@ -231,8 +236,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_retry_delay(Duration::from_millis(20));
     /// # Ok(())
     /// # }
@@ -251,8 +257,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock
     ///     .new_rwlock("report")
     ///     .with_retry_delay_fn(|attempt| Duration::from_millis(10 << attempt.min(6)));
@@ -276,7 +283,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_drift_factor(0.02);
     /// # Ok(())
     /// # }
@@ -294,7 +302,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_timeout_factor(0.1);
     /// # Ok(())
     /// # }
@@ -312,7 +321,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_fail_fast(true);
     /// # Ok(())
     /// # }
@@ -333,8 +343,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let ledger = redlock.new_rwlock("ledger").with_fencing(true);
     /// let writer = ledger.write().await?;
     /// assert!(writer.token().is_some());
@@ -358,7 +369,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_wake_on_release(false); // polls
     /// # Ok(())
     /// # }
@@ -377,7 +389,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_replica_acks(1);
     /// # Ok(())
     /// # }
@@ -395,7 +408,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let rwlock = redlock.new_rwlock("report").with_shuffle_nodes(true);
     /// # Ok(())
     /// # }
@@ -415,9 +429,10 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(1);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// static SEQUENCE: AtomicU64 = AtomicU64::new(0);
     ///
     /// let rwlock = redlock.new_rwlock("report").with_value_fn(|| {
@@ -445,7 +460,8 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_rwlock("report").name(), "report");
     /// # Ok(())
     /// # }
@@ -461,8 +477,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_rwlock("report").expiry(), Duration::from_secs(8));
     /// # Ok(())
     /// # }
@@ -494,8 +511,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let reader = redlock.new_rwlock("catalog").read().await?;
     /// assert_eq!(reader.name(), "catalog");
     /// reader.unlock().await?;
@@ -521,10 +539,11 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use redmutex::Error;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let catalog = redlock.new_rwlock("catalog");
     /// let writer = catalog.write().await?;
     /// assert!(matches!(catalog.try_read().await, Err(Error::Taken { .. })));
@@ -561,8 +580,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let writer = redlock.new_rwlock("catalog").write().await?;
     /// writer.extend().await?;
     /// writer.unlock().await?;
@@ -590,10 +610,11 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use redmutex::Error;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let catalog = redlock.new_rwlock("catalog");
     /// let writer = catalog.try_write().await?;
     /// assert!(matches!(catalog.try_write().await, Err(Error::Taken { .. })));
@@ -613,8 +634,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let catalog = redlock.new_rwlock("catalog");
     /// let original = catalog.read().await?;
     /// // ... the value travels to another process, which takes over:
@@ -636,8 +658,9 @@ impl RwLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let catalog = redlock.new_rwlock("catalog");
     /// let original = catalog.write().await?;
     /// let adopted = catalog.adopt_write(original.value());

@@ -59,10 +59,11 @@ pub(crate) use target::{ACQUIRE, NEEDS, PermitsTarget, SCRIPTS};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redmutex::Error> {
-/// # let cluster = testenv::Cluster::start(5);
 /// use redmutex::{Error, Redlock};
 /// use std::time::Duration;
 ///
+/// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+/// let cluster = redmutex_testenv::Cluster::start(5);
 /// let redlock = Redlock::connect(cluster.urls()).await?;
 /// // At most 2 calls to the payment provider at once, across all workers.
 /// let payments = redlock
@@ -125,8 +126,9 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_expiry(Duration::from_secs(30));
     /// assert_eq!(workers.expiry(), Duration::from_secs(30));
     /// # Ok(())
@@ -147,7 +149,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_metrics_label("renders");
     /// # Ok(())
     /// # }
@@ -167,8 +170,9 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_max_wait(Duration::from_secs(10));
     /// # Ok(())
     /// # }
@@ -186,7 +190,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_tries(3);
     /// # Ok(())
     /// # }
@@ -204,8 +209,9 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock
     ///     .new_semaphore("workers", 4)
     ///     .with_retry_delay(Duration::from_millis(100));
@@ -225,8 +231,9 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock
     ///     .new_semaphore("workers", 4)
     ///     .with_retry_delay_fn(|attempt| Duration::from_millis(10 << attempt.min(6)));
@@ -249,7 +256,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_drift_factor(0.02);
     /// # Ok(())
     /// # }
@@ -267,7 +275,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_timeout_factor(0.1);
     /// # Ok(())
     /// # }
@@ -285,7 +294,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_fail_fast(true);
     /// # Ok(())
     /// # }
@@ -303,7 +313,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_replica_acks(1);
     /// # Ok(())
     /// # }
@@ -322,7 +333,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_wake_on_release(false); // polls
     /// # Ok(())
     /// # }
@@ -339,7 +351,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// let workers = redlock.new_semaphore("workers", 4).with_shuffle_nodes(true);
     /// # Ok(())
     /// # }
@@ -357,8 +370,9 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// static SEQUENCE: AtomicU64 = AtomicU64::new(0);
     /// let boot = std::process::id(); // in real code: something unique per process start
     /// let workers = redlock.new_semaphore("workers", 4).with_value_fn(move || {
@@ -382,7 +396,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_semaphore("workers", 4).name(), "workers");
     /// # Ok(())
     /// # }
@@ -398,7 +413,8 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_semaphore("workers", 4).permits(), 4);
     /// # Ok(())
     /// # }
@@ -443,8 +459,9 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// use std::time::Duration;
+    /// // Settings alone: no node is contacted here, so any URL will do.
+    /// let redlock = redmutex::Redlock::connect(["redis://127.0.0.1:1/"]).await?;
     /// assert_eq!(redlock.new_semaphore("workers", 4).expiry(), Duration::from_secs(8));
     /// # Ok(())
     /// # }
@@ -479,8 +496,9 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let permit = redlock.new_semaphore("exports", 3).acquire().await?;
     /// assert!(permit.valid_until() > std::time::Instant::now());
     /// // ... export, finishing well before permit.valid_until() ...
@@ -514,10 +532,11 @@ impl Semaphore {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redmutex::Error> {
-    /// # let cluster = testenv::Cluster::start(3);
-    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// use redmutex::Error;
     ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
     /// let single = redlock.new_semaphore("reports", 1);
     /// let held = single.try_acquire().await?;
     /// assert!(matches!(single.try_acquire().await, Err(Error::Taken { .. })));

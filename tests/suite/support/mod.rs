@@ -6,7 +6,7 @@ pub mod history;
 use std::time::Duration;
 
 use redmutex::{Mutex, Redlock, Semaphore};
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 /// The key `suffix` (`":fence"`, `":readers"`, ...) beside `name` on the nodes, in the name's
 /// Redis Cluster slot: `{order:42}:fence` for a name without a hash tag, `{user:1}:cart::fence`

@@ -3,7 +3,7 @@
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use testenv::Cluster;
+use redmutex_testenv::Cluster;
 
 /// `redmutex` with `REDMUTEX_NODES` set to the cluster's nodes.
 pub fn redmutex(cluster: &Cluster) -> Command {

@@ -16,6 +16,7 @@
 //! The stock key is kept on the first node. Keys are named after this process and the run, and are
 //! removed at the end.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::{BoxError, exit_code, nodes};
@@ -24,8 +25,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
+use redmutex::redis::{self, AsyncCommands};
 use redmutex::{Mutex, Redlock};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
@@ -69,7 +69,7 @@ impl Mode {
 /// separate process would have.
 struct Machine {
     redlock: Redlock,
-    shop: MultiplexedConnection,
+    shop: redis::aio::MultiplexedConnection,
 }
 
 struct Outcome {
@@ -229,7 +229,10 @@ async fn race(machines: &[Machine], mode: Mode) -> Result<Outcome, BoxError> {
 
 /// One purchase, read-modify-write. The stock check and the write are separate commands with a
 /// pause between them, so nothing but a lock stops two buyers from selling the same item.
-async fn sell_one(shop: &mut MultiplexedConnection, stock_key: &str) -> Result<bool, BoxError> {
+async fn sell_one(
+    shop: &mut redis::aio::MultiplexedConnection,
+    stock_key: &str,
+) -> Result<bool, BoxError> {
     let stock: i64 = shop.get(stock_key).await?;
     if stock <= 0 {
         return Ok(false);
@@ -244,7 +247,7 @@ async fn sell_one(shop: &mut MultiplexedConnection, stock_key: &str) -> Result<b
 /// the heartbeat example).
 async fn sell_one_locked(
     mutex: &Mutex,
-    shop: &mut MultiplexedConnection,
+    shop: &mut redis::aio::MultiplexedConnection,
     stock_key: &str,
 ) -> Result<bool, BoxError> {
     let lock = mutex.lock().await?;
