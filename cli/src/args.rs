@@ -15,15 +15,35 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0-255  run, elect: the command's own status (128 + N when it died of signal N)
   1      doctor: a check failed
-  64     usage or configuration error (bad option, no nodes, malformed URL)
+  64     usage or configuration error (bad option, no nodes, malformed URL, one server listed
+         twice)
   69     no quorum of nodes reachable
   70     run: the lock was lost while the command ran, and the command was terminated
   70     elect: the leadership was lost while the command ran (without --restart)
   71     run, elect: the enforcer could not start or died (the command was killed)
   75     run: the lock is held elsewhere (--no-wait), or the --wait time ran out
+  77     run, elect, status, unlock, doctor: the nodes refused the credentials (NOAUTH or
+         WRONGPASS), too many for a quorum
   126    run: the command could not be started (127: not found)
 
 Nodes come from --nodes or REDMUTEX_NODES; passwords in their URLs never appear in output.";
+
+/// A hint for a mistake clap reports in its own terms: `redmutex run job echo hi` is "unexpected
+/// argument 'echo'" to clap, since COMMAND starts only after `--`.
+pub fn hint(error: &clap::Error, args: &[OsString]) -> Option<String> {
+    if error.kind() != clap::error::ErrorKind::UnknownArgument || args.iter().any(|a| a == "--") {
+        return None;
+    }
+    let subcommand = args
+        .iter()
+        .skip(1)
+        .find(|arg| *arg == "run" || *arg == "elect")?;
+    let subcommand = subcommand.to_string_lossy();
+    Some(format!(
+        "hint: put `--` before the command, so that its own options and arguments are not \
+         taken for {subcommand}'s: redmutex {subcommand} [OPTIONS] NAME -- COMMAND [ARGS]..."
+    ))
+}
 
 /// `redmutex`: the command line.
 #[derive(Debug, Parser)]

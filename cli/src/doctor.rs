@@ -6,7 +6,7 @@ use redmutex::{CheckReport, Redlock};
 use serde_json::json;
 
 use crate::args::DoctorArgs;
-use crate::exit::{CHECK_FAILED, show};
+use crate::exit::{CHECK_FAILED, NO_PERMISSION, say, show};
 
 pub async fn doctor(redlock: &Redlock, args: DoctorArgs) -> ExitCode {
     let report = redlock
@@ -21,6 +21,15 @@ pub async fn doctor(redlock: &Redlock, args: DoctorArgs) -> ExitCode {
         table(&report, redlock.len())
     };
     show(text);
+    let refused = report.refused_authentication();
+    if refused > 0 && redlock.len().saturating_sub(refused) < report.quorum() {
+        say(format!(
+            "authentication refused by {refused} of {} nodes (NOAUTH or WRONGPASS): check the \
+             user and password in the --nodes URLs",
+            redlock.len()
+        ));
+        return ExitCode::from(NO_PERMISSION);
+    }
     if report.has_failures() {
         ExitCode::from(CHECK_FAILED)
     } else {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use redmutex::{Election, Leadership, Redlock};
 
 use crate::args::ElectArgs;
-use crate::exit::{LOST, OS_ERROR, USAGE, acquire_code, fail, say};
+use crate::exit::{LOST, OS_ERROR, USAGE, acquire_code, advised, fail, say};
 use crate::guard::Spec;
 use crate::run::{signal_code, start, status_code};
 use crate::supervise::{Leading, Outcome, Signals, supervise};
@@ -44,7 +44,8 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
         let leadership = match campaign {
             Ok(leadership) => leadership,
             Err(error) => {
-                return fail(acquire_code(&error), format!("{}: {error}", args.name));
+                let message = advised(format!("{}: {error}", args.name), &error);
+                return fail(acquire_code(&error), message);
             }
         };
         let code = lead(&election, leadership, &args, &mut signals).await;

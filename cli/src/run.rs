@@ -10,7 +10,8 @@ use rustix::process::Signal;
 
 use crate::args::RunArgs;
 use crate::exit::{
-    CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, UNAVAILABLE, USAGE, acquire_code, fail, say,
+    CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, UNAVAILABLE, USAGE, acquire_code, advised,
+    fail, say,
 };
 use crate::guard::{Guard, NotStarted, Spec};
 use crate::supervise::{KeptLock, Outcome, Signals, supervise};
@@ -200,7 +201,7 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, E
 fn why(name: &str, error: &Error) -> String {
     match error {
         Error::Taken { .. } => format!("{name}: held elsewhere"),
-        other => format!("{name}: {other}"),
+        other => advised(format!("{name}: {other}"), other),
     }
 }
 

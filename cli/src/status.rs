@@ -7,12 +7,15 @@ use redmutex::{Holder, LeaderInfo, LockState, NodeAnswer, Redlock};
 use serde_json::{Value, json};
 
 use crate::args::{StatusArgs, UnlockArgs};
-use crate::exit::{USAGE, fail, query_code, show};
+use crate::exit::{USAGE, advised, fail, query_code, show};
 
 pub async fn status(redlock: &Redlock, args: StatusArgs) -> ExitCode {
     let state = match redlock.new_mutex(args.name.as_str()).inspect().await {
         Ok(state) => state,
-        Err(error) => return fail(query_code(&error), format!("{}: {error}", args.name)),
+        Err(error) => {
+            let message = advised(format!("{}: {error}", args.name), &error);
+            return fail(query_code(&error), message);
+        }
     };
     // Only a held name can have a leader; an error reading it leaves the row out.
     let leader = match state.is_held() {
@@ -60,7 +63,10 @@ pub async fn unlock(redlock: &Redlock, args: UnlockArgs) -> ExitCode {
         }
         Err(error) => fail(
             query_code(&error),
-            format!("{}: the lock may still stand: {error}", args.name),
+            advised(
+                format!("{}: the lock may still stand: {error}", args.name),
+                &error,
+            ),
         ),
     }
 }

@@ -95,6 +95,24 @@ impl MemberClient {
         }
     }
 
+    /// The server a node client reaches, normalised so that two spellings of one address compare
+    /// equal (`redis://Host:6379/0` and `rediss://host:6379/1`); `None` for a cluster client,
+    /// which does not tell its seed nodes. Names are not resolved: `localhost` and `127.0.0.1`
+    /// differ here (the doctor's `distinct` check compares `run_id`s).
+    pub(crate) fn server(&self) -> Option<String> {
+        let MemberClient::Node(client) = self else {
+            return None;
+        };
+        Some(match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                let host = host.trim_end_matches('.').to_ascii_lowercase();
+                format!("{host}:{port}")
+            }
+            other => other.to_string(),
+        })
+    }
+
     /// Whether it is known to reach a cluster before any connection is made.
     pub(crate) fn is_cluster(&self) -> bool {
         match self {

@@ -91,6 +91,8 @@ pub struct CheckReport {
     quorum: usize,
     nodes: usize,
     checks: Vec<NodeCheck>,
+    /// Nodes that refused the credentials (their `reachable` check fails).
+    refused_authentication: usize,
 }
 
 /// One check of one node.
@@ -286,6 +288,26 @@ impl CheckReport {
                     .all(|c| c.node != node || c.status != CheckStatus::Fail)
             })
             .count()
+    }
+
+    /// How many nodes refused this client's credentials (`NOAUTH`, `WRONGPASS`: see
+    /// [`NodeErrorKind::is_authentication_refusal`](crate::NodeErrorKind::is_authentication_refusal));
+    /// their `reachable` check fails and says so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let report = redlock.checkup().run().await;
+    /// assert_eq!(report.refused_authentication(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn refused_authentication(&self) -> usize {
+        self.refused_authentication
     }
 
     /// How many nodes a lock needs: `nodes / 2 + 1`.

@@ -128,7 +128,10 @@ async fn force(mutex: &Mutex) -> Result<usize, Error> {
         match answer {
             Ok(true) => deleted += 1,
             Ok(false) => {}
-            Err(kind) => failures.push(NodeError { node, kind }),
+            Err(kind) => failures.push(NodeError {
+                address: crate::nodes::address(nodes, node),
+                ..NodeError::new(node, kind)
+            }),
         }
     }
     tracing::debug!(name, deleted, total, "forced release");

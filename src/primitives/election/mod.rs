@@ -436,7 +436,8 @@ impl Election {
             read_seen(eval(&mut connection, &READ_LEADER, keys, &[]).await?)
         })
         .await;
-        let leader = judge(answers, quorum(nodes.len()), started.elapsed())?;
+        let leader = judge(answers, quorum(nodes.len()), started.elapsed())
+            .map_err(|error| error.name_nodes(&|node| crate::nodes::address(nodes, node)))?;
         Ok(leader.map(|(epoch, identity, time_left)| LeaderInfo {
             identity,
             epoch,

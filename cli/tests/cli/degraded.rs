@@ -1,0 +1,129 @@
+//! An operator's view of degraded nodes and slips: the command says what is wrong and what to do
+//! about it, with an exit code of its own.
+
+use testenv::Cluster;
+
+use crate::support::{bare, redmutex_with_nodes, run};
+
+const SECRET: &str = "correct-horse-battery-staple";
+
+/// One server listed twice would count twice (and, with the third node down, a run would wait
+/// on itself for ever): refused at once, naming both entries, counted from 1.
+#[test]
+fn one_server_listed_twice_is_refused_at_once() {
+    let cluster = Cluster::start(2);
+    let urls = cluster.urls();
+    let first = urls[0].replace("redis://", &format!("redis://:{SECRET}@"));
+    let nodes = format!("{first},{},{}", urls[1], urls[0]);
+    let ran = run(redmutex_with_nodes(&nodes), &["run", "job", "--", "true"]);
+    assert_eq!(ran.code, Some(64), "{ran:?}");
+    assert!(
+        ran.stderr.contains("entry 1 (redis://***@127.0.0.1:")
+            && ran.stderr.contains(&format!("entry 3 ({})", urls[0]))
+            && ran.stderr.contains("same server"),
+        "{ran:?}"
+    );
+    assert!(!ran.all().contains(SECRET), "{ran:?}");
+}
+
+#[test]
+fn an_entry_without_its_scheme_is_named_with_the_form_to_use() {
+    let ran = run(
+        redmutex_with_nodes("redis://127.0.0.1:1,127.0.0.1:7101"),
+        &["status", "job"],
+    );
+    assert_eq!(ran.code, Some(64), "{ran:?}");
+    assert!(
+        ran.stderr.contains("--nodes: entry 2 (127.0.0.1:7101)")
+            && ran.stderr.contains("redis://host:port"),
+        "{ran:?}"
+    );
+}
+
+#[test]
+fn a_command_without_dashes_gets_the_hint() {
+    for args in [
+        &["run", "job1", "echo", "hi"][..],
+        &["elect", "--id", "a", "job1", "echo", "hi"],
+    ] {
+        let ran = run(redmutex_with_nodes("redis://127.0.0.1:1"), args);
+        assert_eq!(ran.code, Some(64), "{ran:?}");
+        assert!(
+            ran.stderr.contains("unexpected argument")
+                && ran.stderr.contains("hint: put `--` before the command"),
+            "{ran:?}"
+        );
+    }
+    // Other slips get clap's message alone.
+    let ran = run(bare(), &["status", "--nope", "job"]);
+    assert_eq!(ran.code, Some(64), "{ran:?}");
+    assert!(!ran.stderr.contains("hint: put"), "{ran:?}");
+}
+
+#[test]
+fn no_quorum_names_each_member_and_the_doctor() {
+    let nodes = format!("redis://127.0.0.1:1,redis://:{SECRET}@127.0.0.1:2,redis://127.0.0.1:3");
+    let ran = run(
+        redmutex_with_nodes(&nodes),
+        &["run", "--no-wait", "job", "--", "true"],
+    );
+    assert_eq!(ran.code, Some(69), "{ran:?}");
+    assert!(
+        ran.stderr.contains("redis://127.0.0.1:1: ")
+            && ran.stderr.contains("redis://***@127.0.0.1:2: ")
+            && ran.stderr.contains("run `redmutex doctor`"),
+        "{ran:?}"
+    );
+    assert!(!ran.stderr.contains("node 0"), "{ran:?}");
+    assert!(!ran.all().contains(SECRET), "{ran:?}");
+}
+
+/// Sets a password on every node of `cluster`.
+fn require_password(cluster: &Cluster, password: &str) {
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(password)
+            .query(&mut node.connection())
+            .expect("CONFIG SET requirepass");
+    }
+}
+
+/// A wrong password (or none) on a quorum is named as an authentication refusal, exit 77, by
+/// every command that talks to the nodes.
+#[test]
+fn refused_credentials_on_a_quorum_exit_77() {
+    let cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    require_password(&cluster, SECRET);
+    let wrong: Vec<String> = urls
+        .iter()
+        .map(|url| url.replace("redis://", "redis://:not-it@"))
+        .collect();
+    for nodes in [urls.join(","), wrong.join(",")] {
+        for args in [
+            &["run", "job", "--", "true"][..],
+            &["elect", "--id", "a", "job", "--", "true"],
+            &["status", "job"],
+            &["unlock", "--force", "job"],
+            &["doctor"],
+        ] {
+            let ran = run(redmutex_with_nodes(&nodes), args);
+            assert_eq!(ran.code, Some(77), "{args:?}: {ran:?}");
+            assert!(
+                ran.stderr
+                    .contains("authentication refused by 3 of 3 nodes"),
+                "{args:?}: {ran:?}"
+            );
+            assert!(!ran.all().contains("not-it"), "{ran:?}");
+        }
+    }
+    let ran = run(redmutex_with_nodes(&wrong.join(",")), &["doctor"]);
+    assert!(
+        ran.stdout
+            .lines()
+            .any(|row| row.contains("reachable") && row.contains("authentication refused")),
+        "{ran:?}"
+    );
+}
