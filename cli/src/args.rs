@@ -45,6 +45,20 @@ pub fn hint(error: &clap::Error, args: &[OsString]) -> Option<String> {
     ))
 }
 
+/// How much `run` and `elect` say on stderr besides errors.
+#[derive(Debug, Args)]
+pub struct Talk {
+    /// Also say when the lock (or the leadership) is taken, with its fingerprint (as
+    /// `redmutex status` shows the holder's, and COMMAND gets in REDMUTEX_FINGERPRINT) and token.
+    #[arg(long, short, conflicts_with = "quiet")]
+    pub verbose: bool,
+
+    /// Say nothing but errors: no warnings about members that are down or refusing, and no
+    /// lines while waiting.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
 /// `redmutex`: the command line.
 #[derive(Debug, Parser)]
 #[command(name = "redmutex", version, about = ABOUT, after_help = EXIT_CODES)]
@@ -79,8 +93,8 @@ pub enum Command {
 ///
 /// Takes the lock (waiting for it unless --no-wait or --wait say otherwise), starts COMMAND
 /// without a shell in its own process group (stdin, stdout and stderr inherited, REDMUTEX_NAME
-/// set, and REDMUTEX_TOKEN with --fencing), extends the lock while it runs, and releases the lock
-/// when it exits. If the lock is lost (an extension fails, or its validity runs out), COMMAND's
+/// and REDMUTEX_FINGERPRINT set, and REDMUTEX_TOKEN with --fencing), extends the lock while it
+/// runs, and releases the lock when it exits. If the lock is lost (an extension fails, or its validity runs out), COMMAND's
 /// process group gets SIGTERM at once and SIGKILL when --grace has passed or the lock's validity
 /// ends, whichever comes first: COMMAND never runs past the lock. SIGINT, SIGTERM, SIGHUP and
 /// SIGQUIT sent to redmutex are passed on to COMMAND; the lock is released once it exited.
@@ -111,6 +125,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
 
+    #[command(flatten)]
+    pub talk: Talk,
+
     /// The lock's name: the Redis key on every node.
     pub name: String,
 
@@ -123,7 +140,7 @@ pub struct RunArgs {
 ///
 /// A standby waits (woken at once when the leader resigns; a leader that crashed is replaced
 /// once its lease ran out). The leader starts COMMAND as `run` does, with REDMUTEX_NAME,
-/// REDMUTEX_ID and REDMUTEX_EPOCH set (the epoch is a fencing token that grows with every
+/// REDMUTEX_ID, REDMUTEX_EPOCH and REDMUTEX_FINGERPRINT set (the epoch is a fencing token that grows with every
 /// leader), renews its lease while COMMAND runs, and resigns when it exits. If the leadership
 /// is lost, COMMAND gets SIGTERM at once and SIGKILL when --grace has passed or the lease's
 /// validity ends, whichever comes first. With --restart, a former leader campaigns again after
@@ -149,6 +166,9 @@ pub struct ElectArgs {
     /// SIGKILL, at most until the lease's validity ends.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
+
+    #[command(flatten)]
+    pub talk: Talk,
 
     /// The election's name: the Redis key on every node.
     pub name: String,

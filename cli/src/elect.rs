@@ -81,8 +81,12 @@ async fn lead(
     let Some((program, program_args)) = args.command.split_first() else {
         return Led::Failed(fail(USAGE, "no COMMAND given after --"));
     };
+    let fingerprint = match args.talk.verbose {
+        true => format!(", fingerprint {}", leadership.fingerprint()),
+        false => String::new(),
+    };
     say(format!(
-        "{}: {} leads with epoch {}",
+        "{}: {} leads with epoch {}{fingerprint}",
         args.name,
         leadership.identity(),
         leadership.epoch()
@@ -94,6 +98,7 @@ async fn lead(
             ("REDMUTEX_NAME", args.name.clone()),
             ("REDMUTEX_ID", args.id.clone()),
             ("REDMUTEX_EPOCH", leadership.epoch().to_string()),
+            ("REDMUTEX_FINGERPRINT", leadership.fingerprint()),
         ],
         grace: args.grace,
         interval: election.renew_every(),

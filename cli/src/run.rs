@@ -9,6 +9,7 @@ use redmutex::{Error, Lock, Mutex, Redlock};
 use rustix::process::Signal;
 
 use crate::args::RunArgs;
+use crate::duration::shown;
 use crate::exit::{
     CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, UNAVAILABLE, USAGE, acquire_code, advised,
     fail, say,
@@ -60,7 +61,21 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
     };
 
     let interval = args.expiry / EXTENSIONS_PER_EXPIRY;
-    let mut env = vec![("REDMUTEX_NAME", args.name.clone())];
+    let fingerprint = lock.fingerprint();
+    if args.talk.verbose {
+        let token = lock
+            .token()
+            .map(|t| format!(", token {t}"))
+            .unwrap_or_default();
+        say(format!(
+            "{}: acquired, fingerprint {fingerprint}{token}",
+            args.name
+        ));
+    }
+    let mut env = vec![
+        ("REDMUTEX_NAME", args.name.clone()),
+        ("REDMUTEX_FINGERPRINT", fingerprint),
+    ];
     if let Some(token) = lock.token() {
         env.push(("REDMUTEX_TOKEN", token.to_string()));
     }
@@ -84,7 +99,7 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         }
     };
 
-    let mut kept = KeptLock::new(&lock, interval, args.grace);
+    let mut kept = KeptLock::new(&lock, &mutex, interval, args.grace);
     let outcome = supervise(&mut guard, &mut kept, args.grace, interval, &mut signals).await;
     drop(kept);
     let code = match outcome {
@@ -185,7 +200,7 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, E
                         "held",
                         fail(
                             HELD,
-                            format!("{}: still held after waiting {limit:?}", args.name),
+                            format!("{}: still held after waiting {}", args.name, shown(limit)),
                         ),
                     ));
                 }

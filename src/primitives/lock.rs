@@ -109,6 +109,29 @@ impl Lock {
         self.held.value()
     }
 
+    /// The fingerprint of this lock's value, as [`inspect`](Mutex::inspect) and `redmutex status`
+    /// show the holder's ([`LockState::fingerprint`](crate::LockState::fingerprint)): the first
+    /// 12 hex digits of the value's SHA-1. Safe to log, unlike the value; a process that logs its
+    /// own links what `status` shows to itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let mutex = redlock.new_mutex("job:fingerprinted");
+    /// let lock = mutex.lock().await?;
+    /// let state = mutex.inspect().await?;
+    /// assert_eq!(state.fingerprint(), Some(lock.fingerprint().as_str()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fingerprint(&self) -> String {
+        crate::engine::value::fingerprint(self.value())
+    }
+
     /// The fencing token of this acquisition: `Some` when the mutex has
     /// [`with_fencing(true)`](Mutex::with_fencing), `None` otherwise (and for adopted handles, whose
     /// token is the original holder's to pass on).

@@ -1,9 +1,12 @@
 //! An operator's view of degraded nodes and slips: the command says what is wrong and what to do
 //! about it, with an exit code of its own.
 
+use std::io::Read;
+use std::process::Stdio;
+
 use testenv::Cluster;
 
-use crate::support::{bare, redmutex_with_nodes, run};
+use crate::support::{bare, eventually, present, redmutex, redmutex_with_nodes, run};
 
 const SECRET: &str = "correct-horse-battery-staple";
 
@@ -126,4 +129,80 @@ fn refused_credentials_on_a_quorum_exit_77() {
             .any(|row| row.contains("reachable") && row.contains("authentication refused")),
         "{ran:?}"
     );
+}
+
+/// COMMAND gets the fingerprint `status` shows for its lock, and `--verbose` prints it.
+#[test]
+fn the_command_knows_its_fingerprint_as_status_shows_it() {
+    let cluster = Cluster::start(3);
+    let script = format!(
+        r#"echo "$REDMUTEX_FINGERPRINT"; '{}' status --json fp:job"#,
+        env!("CARGO_BIN_EXE_redmutex")
+    );
+    let ran = run(
+        redmutex(&cluster),
+        &["run", "--verbose", "fp:job", "--", "sh", "-c", &script],
+    );
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let mut lines = ran.stdout.lines();
+    let fingerprint = lines.next().unwrap_or_default().to_owned();
+    assert_eq!(fingerprint.len(), 12, "{ran:?}");
+    let status: serde_json::Value = serde_json::from_str(lines.next().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {ran:?}"));
+    assert_eq!(status["fingerprint"], fingerprint.as_str(), "{ran:?}");
+    assert!(
+        ran.stderr
+            .contains(&format!("fp:job: acquired, fingerprint {fingerprint}")),
+        "{ran:?}"
+    );
+}
+
+/// A forced unlock under a running command is named as what it was, not as an expiry; and the
+/// time left before SIGKILL is rounded.
+#[test]
+fn a_forced_unlock_under_a_run_is_named_as_a_deletion() {
+    let cluster = Cluster::start(3);
+    let mut child = redmutex(&cluster)
+        .args([
+            "run",
+            "--expiry",
+            "3s",
+            "--grace",
+            "2s",
+            "forced:job",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("redmutex starts");
+    eventually("the lock is held", || {
+        present(&cluster, "forced:job").len() == 3
+    });
+    let ran = run(redmutex(&cluster), &["unlock", "--force", "forced:job"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let status = child.wait().expect("redmutex exits");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("the lock was deleted on 3 of 3 nodes before it expired (forced unlock?)"),
+        "{stderr}"
+    );
+    let follows = stderr
+        .split("SIGKILL follows in ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let decimals = follows
+        .trim_end_matches(['m', 's'])
+        .split_once('.')
+        .map_or(0, |(_, decimals)| decimals.len());
+    assert!(decimals <= 2, "{follows}: {stderr}");
 }

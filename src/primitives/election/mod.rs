@@ -653,6 +653,26 @@ impl Leadership {
         self.epoch
     }
 
+    /// The fingerprint of this term's lock value, as `redmutex status` shows the holder's (see
+    /// [`Lock::fingerprint`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("e").campaign("a").await?;
+    /// let state = redlock.new_mutex("e").inspect().await?;
+    /// assert_eq!(state.fingerprint(), Some(leadership.fingerprint().as_str()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fingerprint(&self) -> String {
+        self.lock.fingerprint()
+    }
+
     /// The identity this leader campaigned with.
     ///
     /// # Examples
