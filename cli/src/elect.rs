@@ -7,8 +7,10 @@ use redmutex::{Election, Leadership, Redlock};
 use crate::args::ElectArgs;
 use crate::exit::{LOST, OS_ERROR, USAGE, acquire_code, advised, fail, say};
 use crate::guard::Spec;
+use crate::members::Members;
 use crate::run::{signal_code, start, status_code};
 use crate::supervise::{Leading, Outcome, Signals, supervise};
+use crate::waiting::tell_leader;
 
 /// The per-node timeout as a fraction of the lease (the library's default, spelled out as
 /// `run` does).
@@ -35,6 +37,7 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
     loop {
         let campaign = tokio::select! {
             campaign = election.campaign(args.id.as_str()) => campaign,
+            never = tell_leader(&election, &args.id), if !args.talk.quiet => match never {},
             signal = signals.pass_on() => {
                 // A campaign cut short releases what it took in the background.
                 tokio::time::sleep(args.expiry.mul_f64(TIMEOUT_FACTOR)).await;
@@ -48,7 +51,7 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
                 return fail(acquire_code(&error), message);
             }
         };
-        let code = lead(&election, leadership, &args, &mut signals).await;
+        let code = lead(&election, redlock.len(), leadership, &args, &mut signals).await;
         // A signal passed on to COMMAND ends the loop: it was meant for both.
         let restart = args.restart && signals.take_received().is_none();
         match code {
@@ -74,6 +77,7 @@ enum Led {
 /// Runs the command while `leadership` holds.
 async fn lead(
     election: &Election,
+    total: usize,
     leadership: Leadership,
     args: &ElectArgs,
     signals: &mut Signals,
@@ -114,7 +118,17 @@ async fn lead(
         name: election.name(),
         leadership: &leadership,
     };
-    let outcome = supervise(&mut guard, &mut lease, args.grace, spec.interval, signals).await;
+    let mut members = Members::new(&args.name, args.talk.quiet);
+    members.taken(leadership.failing_nodes(), total);
+    let outcome = supervise(
+        &mut guard,
+        &mut lease,
+        &mut members,
+        args.grace,
+        spec.interval,
+        signals,
+    )
+    .await;
     let led = match outcome {
         Outcome::Exited(status) => {
             resign(leadership).await;

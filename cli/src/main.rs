@@ -11,6 +11,7 @@ mod elect;
 mod enforcer;
 mod exit;
 mod guard;
+mod members;
 mod metrics;
 mod redact;
 mod run;
@@ -18,6 +19,7 @@ mod schedule;
 mod status;
 mod supervise;
 mod tree;
+mod waiting;
 mod wire;
 
 use std::io::{self, Write};

@@ -15,8 +15,10 @@ use crate::exit::{
     fail, say,
 };
 use crate::guard::{Guard, NotStarted, Spec};
+use crate::members::Members;
 use crate::supervise::{KeptLock, Outcome, Signals, supervise};
 use crate::tree::adopt_orphans;
+use crate::waiting::tell_holder;
 
 /// The per-node timeout as a fraction of the expiry (the library's default, spelled out because
 /// the cleanup pause below depends on it).
@@ -99,8 +101,18 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         }
     };
 
+    let mut members = Members::new(&args.name, args.talk.quiet);
+    members.taken(lock.failing_nodes(), redlock.len());
     let mut kept = KeptLock::new(&lock, &mutex, interval, args.grace);
-    let outcome = supervise(&mut guard, &mut kept, args.grace, interval, &mut signals).await;
+    let outcome = supervise(
+        &mut guard,
+        &mut kept,
+        &mut members,
+        args.grace,
+        interval,
+        &mut signals,
+    )
+    .await;
     drop(kept);
     let code = match outcome {
         Outcome::Exited(status) => {
@@ -188,11 +200,18 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, E
         .with_tries(u32::MAX)
         // Release notices wake the waiter; this delay is the fallback for a lost notice.
         .with_retry_delay_fn(|_| Duration::from_millis(rand::random_range(250..1000)));
+    // The wait, with a line about the holder now and then unless --quiet.
+    let wait = async {
+        tokio::select! {
+            waited = waiting.lock() => waited,
+            never = tell_holder(mutex), if !args.talk.quiet => match never {},
+        }
+    };
     let waited = match args.wait {
-        None => waiting.lock().await,
+        None => wait.await,
         Some(limit) => {
             let left = limit.saturating_sub(started.elapsed());
-            match tokio::time::timeout(left, waiting.lock()).await {
+            match tokio::time::timeout(left, wait).await {
                 Ok(waited) => waited,
                 Err(_) => {
                     cleanup_pause(args).await;

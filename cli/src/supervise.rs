@@ -15,7 +15,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use redmutex::{Error, KeepAlive, KeepAliveEnd, Leadership, Lock, Mutex, NodeAnswer};
+use redmutex::{Error, KeepAlive, KeepAliveEnd, Leadership, Lock, Mutex, NodeAnswer, NodeError};
 use rustix::process::{Signal, getpid, kill_process};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{MissedTickBehavior, sleep_until};
@@ -24,6 +24,7 @@ use crate::clock::Mono;
 use crate::duration::shown;
 use crate::exit::say;
 use crate::guard::Guard;
+use crate::members::Members;
 pub use crate::schedule::KILL_MARGIN;
 use crate::wire::{Cut, Order, Report};
 
@@ -145,6 +146,8 @@ pub trait Lease {
     fn explain(&self, why: String) -> impl Future<Output = String>;
     /// Stops renewing: the lease is given up.
     fn stop(&mut self);
+    /// The members that did not hold it at the last renewal, with why.
+    fn failing(&self) -> Vec<NodeError>;
 }
 
 /// Why a lock that was deleted before it expired was lost, before the nodes were asked more.
@@ -221,6 +224,10 @@ impl Lease for KeptLock<'_> {
     fn stop(&mut self) {
         self.keep = None;
     }
+
+    fn failing(&self) -> Vec<NodeError> {
+        self.lock.failing_nodes()
+    }
 }
 
 /// A leadership, for `elect`: it renews itself while it lives.
@@ -248,6 +255,10 @@ impl Lease for Leading<'_> {
 
     /// A leadership renews until it is dropped; once it is lost, renewals fail anyway.
     fn stop(&mut self) {}
+
+    fn failing(&self) -> Vec<NodeError> {
+        self.leadership.failing_nodes()
+    }
 }
 
 /// Waits for the command under `guard` to exit while `lease` is renewed, and has it ended when
@@ -256,6 +267,7 @@ impl Lease for Leading<'_> {
 pub async fn supervise(
     guard: &mut Guard,
     lease: &mut impl Lease,
+    members: &mut Members,
     grace: Duration,
     interval: Duration,
     signals: &mut Signals,
@@ -313,6 +325,7 @@ pub async fn supervise(
                 if now != told {
                     told = now;
                     guard.order(Order::Valid(Mono::from_instant(now))).await;
+                    members.renewed(lease.failing());
                 }
             }
             received = signals.recv() => match received {

@@ -12,7 +12,7 @@ use crate::engine::request::{Delivery, Op, Request};
 use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::value::check_value;
-use crate::error::Error;
+use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::nodes::Node;
 
 /// A lock held on a quorum of nodes. Dropped without a release, it releases in the background on
@@ -37,6 +37,9 @@ struct State {
     stragglers: Option<Stragglers>,
     /// Counted as held (metrics) until it ends, once, by whichever path ends it.
     hold: Hold,
+    /// The nodes that did not hold our value at the last successful acquire or extend, with why
+    /// (see `Lock::failing_nodes`).
+    failing: Vec<NodeError>,
 }
 
 impl Held {
@@ -57,6 +60,7 @@ impl Held {
                 unlocked: false,
                 stragglers,
                 hold,
+                failing: Vec::new(),
             }),
             extending: tokio::sync::Mutex::new(()),
         }
@@ -64,6 +68,21 @@ impl Held {
 
     pub(crate) fn valid_until(&self) -> Instant {
         self.state().valid_until
+    }
+
+    /// Notes the nodes that did not hold our value at the acquire or extend that just succeeded.
+    pub(crate) fn note_failing(&self, failures: &[NodeError]) {
+        let failing = failures
+            .iter()
+            .filter(|f| !matches!(f.kind, NodeErrorKind::NotAwaited))
+            .cloned()
+            .collect();
+        self.state().failing = failing;
+    }
+
+    /// See `Lock::failing_nodes`.
+    pub(crate) fn failing(&self) -> Vec<NodeError> {
+        self.state().failing.clone()
     }
 
     pub(crate) fn value(&self) -> &str {
@@ -143,6 +162,7 @@ impl Held {
         let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
         let (ok, total) = (tally.ours, tally.total);
         let repaired = std::mem::take(&mut tally.repaired);
+        let failures = tally.failures.clone();
         let judged = tally.judge_extend(left);
         match &judged {
             Ok(left) => tracing::debug!(
@@ -184,6 +204,10 @@ impl Held {
                 }
                 if let Ok(left) = &judged {
                     state.valid_until = deadline(start, *left);
+                    state.failing = failures
+                        .into_iter()
+                        .filter(|f| !matches!(f.kind, NodeErrorKind::NotAwaited))
+                        .collect();
                 }
                 false
             }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::Mutex;
 use crate::engine::held::Held;
 use crate::engine::metrics::Lost;
-use crate::error::Error;
+use crate::error::{Error, NodeError};
 use crate::primitives::keep_alive::{KeepAlive, Renewal};
 use crate::primitives::run;
 
@@ -130,6 +130,34 @@ impl Lock {
     /// ```
     pub fn fingerprint(&self) -> String {
         crate::engine::value::fingerprint(self.value())
+    }
+
+    /// The members that did not hold this lock at its last successful acquire or extension, with
+    /// why: down, too slow, refusing (a wrong password, a missing permission), or holding
+    /// something else. Empty when every member holds it. A lock held by a bare quorum is one
+    /// failure from being lost: an application can warn about it, as `redmutex run` does.
+    ///
+    /// Members not awaited under [`with_fail_fast`](Mutex::with_fail_fast) are not listed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(2);
+    /// # let mut urls = cluster.urls();
+    /// # urls.push("redis://127.0.0.1:1/".to_owned());
+    /// // Two members up, one where nothing listens.
+    /// let redlock = redmutex::Redlock::connect(urls).await?;
+    /// let lock = redlock.new_mutex("job:degraded").lock().await?;
+    /// let failing = lock.failing_nodes();
+    /// assert_eq!(failing.len(), 1);
+    /// println!("{}", failing[0]); // redis://127.0.0.1:1/: Connection refused ...
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn failing_nodes(&self) -> Vec<NodeError> {
+        self.held.failing()
     }
 
     /// The fencing token of this acquisition: `Some` when the mutex has

@@ -442,19 +442,21 @@ fn bad_input_is_a_clear_usage_error() {
 }
 
 #[test]
-fn a_wrong_password_never_shows_and_reads_as_unreachable() {
+fn a_wrong_password_never_shows_and_reads_as_refused() {
     let cluster = Cluster::start(1);
     let url = cluster
         .node(0)
         .url()
         .replace("redis://", "redis://:hunter2@");
+    // A password the node does not expect (it has none) is refused as a wrong one is (issue 38:
+    // exit 77, EX_NOPERM, where it was 69 and 1).
     let ran = run(redmutex_with_nodes(&url), &["status", "x"]);
-    assert_eq!(ran.code, Some(69), "{ran:?}");
+    assert_eq!(ran.code, Some(77), "{ran:?}");
     assert!(!ran.all().contains("hunter2"), "{ran:?}");
     let ran = run(redmutex_with_nodes(&url), &["doctor"]);
-    assert_eq!(ran.code, Some(1), "{ran:?}");
+    assert_eq!(ran.code, Some(77), "{ran:?}");
     assert!(
-        row(&ran.stdout, 0, "reachable").contains(" fail "),
+        row(&ran.stdout, 0, "reachable").contains(" fail    authentication refused"),
         "{ran:?}"
     );
     assert!(ran.stdout.contains("redis://***@127.0.0.1"), "{ran:?}");

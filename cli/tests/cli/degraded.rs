@@ -206,3 +206,142 @@ fn a_forced_unlock_under_a_run_is_named_as_a_deletion() {
         .map_or(0, |(_, decimals)| decimals.len());
     assert!(decimals <= 2, "{follows}: {stderr}");
 }
+
+/// A member down while the lock is taken is named, with why; `--quiet` says nothing.
+#[test]
+fn a_member_down_at_the_start_is_warned_about() {
+    let cluster = Cluster::start(2);
+    let nodes = format!("{},redis://127.0.0.1:1/", cluster.urls().join(","));
+    let ran = run(
+        redmutex_with_nodes(&nodes),
+        &["run", "warn:job", "--", "true"],
+    );
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(
+        ran.stderr
+            .contains("warning: warn:job: not held on redis://127.0.0.1:1/: Connection refused")
+            && ran.stderr.contains("it holds on 2 of 3 members"),
+        "{ran:?}"
+    );
+    let ran = run(
+        redmutex_with_nodes(&nodes),
+        &["run", "--quiet", "warn:job", "--", "true"],
+    );
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert_eq!(ran.stderr, "", "{ran:?}");
+}
+
+/// A member that fails while the command runs is named when a renewal misses it, and again
+/// when it is back.
+#[test]
+fn a_member_that_fails_and_comes_back_during_a_run_is_named() {
+    let cluster = Cluster::start(3);
+    let mut child = redmutex(&cluster)
+        .args(["run", "--expiry", "1s", "flaky:job", "--", "sleep", "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("redmutex starts");
+    let lines = lines_of(child.stderr.take().expect("piped"));
+    eventually("the lock is held", || {
+        present(&cluster, "flaky:job").len() == 3
+    });
+    cluster.node(2).kill();
+    let failed = wait_for_line(&lines, "a member failed");
+    assert!(failed.contains(&cluster.node(2).url()), "{failed}");
+    cluster.node(2).restart();
+    let back = wait_for_line(&lines, "a member is back");
+    assert!(back.contains(&cluster.node(2).url()), "{back}");
+    let _ = terminate(&child);
+    let _ = child.wait();
+}
+
+/// Ends `child` (redmutex) with SIGTERM, which it passes on to its command.
+fn terminate(child: &std::process::Child) -> std::io::Result<std::process::ExitStatus> {
+    std::process::Command::new("kill")
+        .arg(child.id().to_string())
+        .status()
+}
+
+/// Every line of `stderr`, as it comes.
+fn lines_of(stderr: std::process::ChildStderr) -> std::sync::mpsc::Receiver<String> {
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receive
+}
+
+/// The first line from `lines` that contains `text` (within 10 s).
+fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, text: &str) -> String {
+    let mut seen = Vec::new();
+    loop {
+        match lines.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(line) if line.contains(text) => return line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no line with {text:?}; saw {seen:#?}"),
+        }
+    }
+}
+
+/// A run that waits says for whom, and how long the holder's lock has left.
+#[tokio::test]
+async fn a_waiting_run_names_the_holder() {
+    let cluster = Cluster::start(3);
+    let redlock = redmutex::Redlock::connect(cluster.urls()).await.unwrap();
+    let lock = redlock
+        .new_mutex("wait:job")
+        .with_expiry(std::time::Duration::from_secs(30))
+        .lock()
+        .await
+        .unwrap();
+    let ran = run(
+        redmutex(&cluster),
+        &["run", "--wait", "1s", "wait:job", "--", "true"],
+    );
+    assert_eq!(ran.code, Some(75), "{ran:?}");
+    let line = format!("waiting for wait:job: held by {}, ", lock.fingerprint());
+    assert!(
+        ran.stderr.contains(&line) && ran.stderr.contains("s left"),
+        "{ran:?}"
+    );
+    let ran = run(
+        redmutex(&cluster),
+        &["run", "--quiet", "--wait", "1s", "wait:job", "--", "true"],
+    );
+    assert_eq!(ran.code, Some(75), "{ran:?}");
+    assert!(!ran.stderr.contains("waiting for"), "{ran:?}");
+    lock.unlock().await.unwrap();
+}
+
+/// A standby says who leads while it waits.
+#[tokio::test]
+async fn a_standby_names_the_leader() {
+    let cluster = Cluster::start(3);
+    let redlock = redmutex::Redlock::connect(cluster.urls()).await.unwrap();
+    let leadership = redlock
+        .new_election("standby:job")
+        .campaign("host-a")
+        .await
+        .unwrap();
+    let mut child = redmutex(&cluster)
+        .args(["elect", "--id", "host-b", "standby:job", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("redmutex starts");
+    let lines = lines_of(child.stderr.take().expect("piped"));
+    let line = wait_for_line(&lines, "waiting for standby:job");
+    assert!(
+        line.contains(&format!("led by host-a (epoch {})", leadership.epoch())),
+        "{line}"
+    );
+    let _ = terminate(&child);
+    let _ = child.wait();
+}

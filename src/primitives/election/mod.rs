@@ -11,7 +11,7 @@ use futures::Stream;
 #[cfg(doc)]
 use crate::Redlock;
 use crate::engine::quorum::quorum;
-use crate::error::Error;
+use crate::error::{Error, NodeError};
 use crate::nodes::Node;
 use crate::nodes::probe::{each_node, eval};
 use crate::primitives::keep_alive::{KeepAlive, KeepAliveEnd};
@@ -671,6 +671,25 @@ impl Leadership {
     /// ```
     pub fn fingerprint(&self) -> String {
         self.lock.fingerprint()
+    }
+
+    /// The members that did not hold this term's lease at its last successful campaign or
+    /// renewal, with why (see [`Lock::failing_nodes`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("e").campaign("a").await?;
+    /// assert!(leadership.failing_nodes().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn failing_nodes(&self) -> Vec<NodeError> {
+        self.lock.failing_nodes()
     }
 
     /// The identity this leader campaigned with.
