@@ -125,6 +125,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
 
+    /// Return from taking and renewing the lock as soon as a quorum decided, without waiting for
+    /// the farthest nodes (the library's with_fail_fast); `doctor` says when that pays.
+    #[arg(long)]
+    pub fail_fast: bool,
+
     #[command(flatten)]
     pub talk: Talk,
 
@@ -166,6 +171,11 @@ pub struct ElectArgs {
     /// SIGKILL, at most until the lease's validity ends.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
+
+    /// Return from taking and renewing the lock as soon as a quorum decided, without waiting for
+    /// the farthest nodes (the library's with_fail_fast); `doctor` says when that pays.
+    #[arg(long)]
+    pub fail_fast: bool,
 
     #[command(flatten)]
     pub talk: Talk,

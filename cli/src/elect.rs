@@ -33,7 +33,8 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
     let election = redlock
         .new_election(args.name.as_str())
         .with_expiry(args.expiry)
-        .with_timeout_factor(TIMEOUT_FACTOR);
+        .with_timeout_factor(TIMEOUT_FACTOR)
+        .with_fail_fast(args.fail_fast);
     loop {
         let campaign = tokio::select! {
             campaign = election.campaign(args.id.as_str()) => campaign,

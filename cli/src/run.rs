@@ -48,6 +48,7 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         .with_expiry(args.expiry)
         .with_timeout_factor(TIMEOUT_FACTOR)
         .with_fencing(args.fencing)
+        .with_fail_fast(args.fail_fast)
         .with_wake_on_release(true);
     let acquired = tokio::select! {
         acquired = acquire(&mutex, &args) => acquired,

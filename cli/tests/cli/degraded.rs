@@ -345,3 +345,45 @@ async fn a_standby_names_the_leader() {
     let _ = terminate(&child);
     let _ = child.wait();
 }
+
+/// With one member far away, doctor says that a lock waits for it by default and what returns
+/// at the quorum; with all near, it says nothing of it.
+#[test]
+fn doctor_names_a_far_member_and_fail_fast() {
+    let cluster = Cluster::start(3);
+    let proxies = cluster.proxies();
+    proxies.set_mode(
+        &[2],
+        testenv::Mode::Delay(std::time::Duration::from_millis(10)),
+    );
+    let urls = cluster.urls();
+    let far = proxies.urls()[2].clone();
+    let nodes = format!("{},{},{far}", urls[0], urls[1]);
+    let ran = run(redmutex_with_nodes(&nodes), &["doctor"]);
+    assert!(
+        ran.stdout.contains(&format!(
+            "round trips: the farthest member, {far}, answers in"
+        )) && ran.stdout.contains("--fail-fast"),
+        "{ran:?}"
+    );
+    let ran = run(redmutex_with_nodes(&nodes), &["doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
+    assert_eq!(
+        report["round_trips_ms"].as_array().map(Vec::len),
+        Some(3),
+        "{ran:?}"
+    );
+    assert!(report["advice"].is_string(), "{ran:?}");
+    for command in ["run", "elect"] {
+        let mut args = vec![command, "--fail-fast"];
+        if command == "elect" {
+            args.extend(["--id", "a"]);
+        }
+        args.extend(["far:job", "--", "true"]);
+        let ran = run(redmutex_with_nodes(&nodes), &args);
+        assert_eq!(ran.code, Some(0), "{ran:?}");
+    }
+
+    let ran = run(redmutex(&cluster), &["doctor"]);
+    assert!(!ran.stdout.contains("round trips:"), "{ran:?}");
+}

@@ -275,6 +275,32 @@ impl Election {
         self
     }
 
+    /// Returns from a campaign or a renewal as soon as its outcome is decided, without waiting
+    /// for the farthest members. See [`Mutex::with_fail_fast`].
+    ///
+    /// # Default
+    ///
+    /// `false`: every member's reply is awaited (up to the node timeout).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let election = redlock.new_election("cron").with_fail_fast(true);
+    /// let leadership = election.campaign("host-a").await?;
+    /// assert_eq!(leadership.identity(), "host-a");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_fail_fast(mut self, fail_fast: bool) -> Self {
+        self.mutex = self.mutex.with_fail_fast(fail_fast);
+        self
+    }
+
     /// The election's name: the key of its lock on every node.
     ///
     /// # Examples

@@ -279,6 +279,10 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
         nodes: facts.len(),
         checks,
         refused_authentication,
+        round_trips: facts
+            .iter()
+            .map(|f| f.ping.as_ref().ok().copied())
+            .collect(),
     }
 }
 
