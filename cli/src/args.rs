@@ -130,6 +130,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub fail_fast: bool,
 
+    /// Keep the lock taken for at least DURATION from when it was taken, even when COMMAND ends
+    /// sooner: it is then left to expire on the nodes instead of released (nobody renews it for
+    /// that), so a job that cron starts on several hosts whose clocks differ runs once per
+    /// period. The lock is taken with an expiry of at least DURATION (--expiry if longer).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub hold_at_least: Option<Duration>,
+
     #[command(flatten)]
     pub talk: Talk,
 
@@ -139,6 +146,15 @@ pub struct RunArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The lock's expiry: `--expiry`, or `--hold-at-least` if longer, so that a lock left to
+    /// expire lives that long.
+    pub fn expiry(&self) -> Duration {
+        self.hold_at_least
+            .map_or(self.expiry, |at_least| self.expiry.max(at_least))
+    }
 }
 
 /// Campaign in the election NAME as ID; run COMMAND while leading; exit with its status.

@@ -45,7 +45,7 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
     };
     let mutex = redlock
         .new_mutex(args.name.as_str())
-        .with_expiry(args.expiry)
+        .with_expiry(args.expiry())
         .with_timeout_factor(TIMEOUT_FACTOR)
         .with_fencing(args.fencing)
         .with_fail_fast(args.fail_fast)
@@ -62,8 +62,9 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         Ok(lock) => lock,
         Err((outcome, code)) => return counted(outcome, code),
     };
+    let taken = Instant::now();
 
-    let interval = args.expiry / EXTENSIONS_PER_EXPIRY;
+    let interval = args.expiry() / EXTENSIONS_PER_EXPIRY;
     let fingerprint = lock.fingerprint();
     if args.talk.verbose {
         let token = lock
@@ -117,7 +118,12 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
     drop(kept);
     let code = match outcome {
         Outcome::Exited(status) => {
-            release(&lock).await;
+            match args.hold_at_least {
+                // The lock expires on the nodes an expiry (at least D) after it was taken, or
+                // later: left there, nobody takes it sooner.
+                Some(at_least) if taken.elapsed() < at_least => lock.clone().leave(),
+                _ => release(&lock).await,
+            }
             let code = status_code(status);
             counted(code.to_string(), ExitCode::from(code))
         }

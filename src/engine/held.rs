@@ -40,6 +40,8 @@ struct State {
     /// The nodes that did not hold our value at the last successful acquire or extend, with why
     /// (see `Lock::failing_nodes`).
     failing: Vec<NodeError>,
+    /// Left to expire on the nodes (see `Lock::leave`): no release when dropped.
+    left: bool,
 }
 
 impl Held {
@@ -61,6 +63,7 @@ impl Held {
                 stragglers,
                 hold,
                 failing: Vec::new(),
+                left: false,
             }),
             extending: tokio::sync::Mutex::new(()),
         }
@@ -78,6 +81,11 @@ impl Held {
             .cloned()
             .collect();
         self.state().failing = failing;
+    }
+
+    /// See `Lock::leave`.
+    pub(crate) fn leave(&self) {
+        self.state().left = true;
     }
 
     /// See `Lock::failing_nodes`.
@@ -343,7 +351,7 @@ impl Drop for Held {
         if let Some(stragglers) = state.stragglers.take() {
             stragglers.cancel();
         }
-        if state.unlocked || check_value(&self.value).is_err() {
+        if state.unlocked || state.left || check_value(&self.value).is_err() {
             return;
         }
         let Ok(plan) = self.resource.plan() else {

@@ -160,6 +160,41 @@ impl Lock {
         self.held.failing()
     }
 
+    /// Lets go of the lock without releasing it: the nodes keep it until it expires, so nobody
+    /// takes it before, and no handle of it sends a release when dropped (an explicit
+    /// [`unlock`](Lock::unlock) of a clone still releases it). For a lock that must stay taken
+    /// for a while after the work is done, without anyone renewing it: a cron job that runs on
+    /// several hosts whose clocks are a second apart, and must run once per period however short
+    /// it is, leaves its lock (taken with an expiry of at least the period's slack) instead of
+    /// releasing it.
+    ///
+    /// The key expires on each node an expiry after the last extension that reached it (at the
+    /// latest); [`valid_until`](Lock::valid_until) is when this process may no longer count on
+    /// it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// # let cluster = testenv::Cluster::start(3);
+    /// # let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// use redmutex::Error;
+    /// use std::time::Duration;
+    ///
+    /// let mutex = redlock.new_mutex("cron:hourly").with_expiry(Duration::from_secs(60));
+    /// let lock = mutex.lock().await?;
+    /// // ... the job, done in 200 ms ...
+    /// lock.leave();
+    /// // Another host whose cron fires a second later finds it taken.
+    /// assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn leave(self) {
+        self.held.leave();
+    }
+
     /// The fencing token of this acquisition: `Some` when the mutex has
     /// [`with_fencing(true)`](Mutex::with_fencing), `None` otherwise (and for adopted handles, whose
     /// token is the original holder's to pass on).

@@ -387,3 +387,31 @@ fn doctor_names_a_far_member_and_fail_fast() {
     let ran = run(redmutex(&cluster), &["doctor"]);
     assert!(!ran.stdout.contains("round trips:"), "{ran:?}");
 }
+
+/// `--hold-at-least`: a job that ends at once leaves its lock to expire, taken with an expiry of
+/// at least D, so a second host whose cron fires a moment later does not run it again.
+#[test]
+fn hold_at_least_leaves_the_lock_to_expire() {
+    let cluster = Cluster::start(3);
+    let args = [
+        "run",
+        "--no-wait",
+        "--expiry",
+        "1s",
+        "--hold-at-least",
+        "20s",
+        "cron:job",
+    ];
+    let first = run(redmutex(&cluster), &[&args[..], &["--", "true"]].concat());
+    assert_eq!(first.code, Some(0), "{first:?}");
+    assert_eq!(present(&cluster, "cron:job").len(), 3, "{first:?}");
+    // Taken for 20 s, not the 1 s expiry: nothing renews it, the nodes keep it.
+    assert!(cluster.node(0).pttl("cron:job") > 10_000, "{first:?}");
+    let second = run(redmutex(&cluster), &[&args[..], &["--", "true"]].concat());
+    assert_eq!(second.code, Some(75), "{second:?}");
+
+    // Without it, the lock is released when the job ends.
+    let plain = ["run", "--no-wait", "cron:other", "--", "true"];
+    assert_eq!(run(redmutex(&cluster), &plain).code, Some(0));
+    assert!(present(&cluster, "cron:other").is_empty());
+}
