@@ -128,7 +128,8 @@ async fn bad_names_of_every_primitive_fail_before_any_io() {
         ":leader",
     ];
     for suffix in suffixes {
-        let aux = format!("prices{suffix}");
+        // The key redmutex keeps beside `prices`.
+        let aux = format!("{{prices}}{suffix}");
         assert_eq!(field(redlock.new_mutex(aux.as_str()).lock().await), "name");
         assert_eq!(
             field(redlock.new_mutex(aux.as_str()).with_fair(true).lock().await),
@@ -943,4 +944,38 @@ async fn no_quorum_names_members_by_address_without_passwords() {
         !message.contains("node 0") && !message.contains(secret),
         "{message}"
     );
+}
+
+/// A name that only ends like a key redmutex keeps, but is no other name's (`app:leader`), works
+/// for every primitive; the waiters' mark (`<name>:waiters` on a standalone server) and the
+/// previous layout's counter (`<name>:fence`, still read) stay reserved.
+#[tokio::test]
+async fn natural_names_ending_in_a_suffix_work() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let leadership = redlock
+        .new_election("app:leader")
+        .campaign("a")
+        .await
+        .expect("app:leader is a name like any other");
+    leadership.resign().await.expect("resign");
+    for name in ["app:leader", "app:readers", "app:line:until", "app:ticket"] {
+        let lock = redlock
+            .new_mutex(name)
+            .with_fencing(true)
+            .lock()
+            .await
+            .expect(name);
+        lock.unlock().await.expect(name);
+        redlock
+            .new_rwlock(name)
+            .read()
+            .await
+            .expect(name)
+            .unlock()
+            .await
+            .expect(name);
+    }
+    assert_eq!(field(redlock.new_mutex("app:waiters").lock().await), "name");
+    assert_eq!(field(redlock.new_mutex("app:fence").lock().await), "name");
 }

@@ -415,3 +415,14 @@ fn hold_at_least_leaves_the_lock_to_expire() {
     assert_eq!(run(redmutex(&cluster), &plain).code, Some(0));
     assert!(present(&cluster, "cron:other").is_empty());
 }
+
+/// A natural election name that only ends like a key redmutex keeps works.
+#[test]
+fn an_election_named_app_leader_works() {
+    let cluster = Cluster::start(3);
+    let ran = run(
+        redmutex(&cluster),
+        &["elect", "--id", "a", "app:leader", "--", "true"],
+    );
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+}
