@@ -588,7 +588,7 @@ mod tests {
 
     #[test]
     fn digests_are_sha1_hex_and_distinct() {
-        assert_eq!(SCRIPTS.len(), 23);
+        assert_eq!(SCRIPTS.len(), 24);
         for script in &SCRIPTS {
             let digest = script.digest();
             assert_eq!(digest.len(), 40);

@@ -21,7 +21,8 @@ Exit codes:
   70     run: the lock was lost while the command ran, and the command was terminated
   70     elect: the leadership was lost while the command ran (without --restart)
   71     run, elect: the enforcer could not start or died (the command was killed)
-  75     run: the lock is held elsewhere (--no-wait), or the --wait time ran out
+  75     run: the lock is held elsewhere (--no-wait), or the --wait time ran out; unlock --purge:
+         the name is held or waited for
   77     run, elect, status, unlock, doctor: the nodes refused the credentials (NOAUTH or
          WRONGPASS), too many for a quorum
   126    run: the command could not be started (127: not found)
@@ -227,6 +228,13 @@ pub struct UnlockArgs {
     /// Required: confirms that breaking the lock is intended.
     #[arg(long)]
     pub force: bool,
+
+    /// Also delete what redmutex keeps beside NAME for good (its fencing counter, an election's
+    /// leader record, a read-write lock's and a fair line's keys), for a name that is retired.
+    /// Refused (exit 75) on nodes where NAME is held or waited for; without --force, a held lock
+    /// is never broken.
+    #[arg(long)]
+    pub purge: bool,
 
     /// The lock's name.
     pub name: String,

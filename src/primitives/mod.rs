@@ -96,7 +96,7 @@ pub(crate) const SCRIPTS: &[Script] =
     &script::concat::<{ script::count(SCRIPT_LISTS) }>(SCRIPT_LISTS);
 
 /// Every reserved suffix, in the order error messages list them.
-fn reserved_suffixes() -> impl Iterator<Item = &'static str> {
+pub(crate) fn reserved_suffixes() -> impl Iterator<Item = &'static str> {
     RESERVED_SUFFIXES.into_iter().flatten().copied()
 }
 

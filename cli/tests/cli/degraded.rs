@@ -426,3 +426,38 @@ fn an_election_named_app_leader_works() {
     );
     assert_eq!(ran.code, Some(0), "{ran:?}");
 }
+
+/// `unlock --purge` removes what redmutex keeps for a retired name (its fencing counter, an
+/// election's record), and refuses while the name is held.
+#[tokio::test]
+async fn purge_removes_the_kept_keys_and_refuses_while_held() {
+    let cluster = Cluster::start(3);
+    let fenced = ["run", "--fencing", "retired:job", "--", "true"];
+    assert_eq!(run(redmutex(&cluster), &fenced).code, Some(0));
+    let elected = ["elect", "--id", "a", "retired:job", "--", "true"];
+    assert_eq!(run(redmutex(&cluster), &elected).code, Some(0));
+    for key in ["{retired:job}:fence", "{retired:job}:leader"] {
+        assert_eq!(present(&cluster, key).len(), 3, "{key}");
+    }
+
+    let redlock = redmutex::Redlock::connect(cluster.urls()).await.unwrap();
+    let lock = redlock.new_mutex("retired:job").lock().await.unwrap();
+    let ran = run(redmutex(&cluster), &["unlock", "--purge", "retired:job"]);
+    assert_eq!(ran.code, Some(75), "{ran:?}");
+    assert!(
+        ran.stderr.contains("held or waited for on 3 of 3 nodes"),
+        "{ran:?}"
+    );
+    assert_eq!(present(&cluster, "{retired:job}:fence").len(), 3);
+    lock.unlock().await.unwrap();
+
+    let ran = run(redmutex(&cluster), &["unlock", "--purge", "retired:job"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(
+        ran.stdout.contains("retired:job: purged, 6 keys deleted"),
+        "{ran:?}"
+    );
+    for key in ["{retired:job}:fence", "{retired:job}:leader"] {
+        assert!(present(&cluster, key).is_empty(), "{key}");
+    }
+}

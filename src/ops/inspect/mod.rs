@@ -4,6 +4,7 @@
 //! the nodes' answers as a quorum sees them, and this file asks the nodes, for every primitive.
 
 mod answer;
+mod purge;
 mod state;
 
 use redis::Value;
@@ -32,7 +33,7 @@ pub(crate) const INSPECT: Script = lua!("ops/inspect/inspect.lua");
 pub(crate) const FORCE_RELEASE: Script = lua!("ops/inspect/force_release.lua");
 
 /// The operator's scripts, which every node loads.
-pub(crate) const SCRIPTS: &[Script] = &[INSPECT, FORCE_RELEASE];
+pub(crate) const SCRIPTS: &[Script] = &[INSPECT, FORCE_RELEASE, purge::PURGE];
 
 /// The keys an inspection or a forced release looks at for `name`: the name, its readers and its
 /// writer's mark; `None` for the last two where the name has no keys beside it (a `}` and no hash
