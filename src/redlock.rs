@@ -74,7 +74,9 @@ impl Redlock {
     /// or `rediss://` / `valkeys://` for TLS with the `tls` feature. A URL of any node of a Redis
     /// Cluster (such as a managed service's configuration endpoint) stands for the whole cluster,
     /// one member, with the `cluster` feature (on by default): redmutex finds out when it
-    /// connects (see [`MemberClient`]). Without the feature, such a member answers every call
+    /// connects (see [`MemberClient`]). Several URLs of one cluster's nodes joined by `|`
+    /// (`redis://c1:7000|redis://c2:7000`) are one member whose cluster client starts from any
+    /// of them, so the member is found while one of them is down. Without the feature, such a member answers every call
     /// with [`NodeErrorKind::ClusterFeatureOff`](crate::NodeErrorKind::ClusterFeatureOff).
     ///
     /// A thin layer over [`from_clients`](Redlock::from_clients): each URL becomes a
@@ -136,6 +138,11 @@ impl Redlock {
         let mut clients = Vec::new();
         for (index, url) in urls.into_iter().enumerate() {
             let url = url.as_ref();
+            let seeds = member::seeds(url);
+            if seeds.len() > 1 {
+                clients.push(seeded(index, &seeds)?);
+                continue;
+            }
             let address = redact_url(url);
             let client = member::node_client(url).map_err(|_| url_error(index, url))?;
             clients.push((MemberClient::Node(client), Some(address)));
@@ -517,6 +524,34 @@ impl Redlock {
     pub fn checkup(&self) -> Checkup {
         Checkup::new(Arc::clone(&self.nodes))
     }
+}
+
+/// The member of the `index`th entry, a Redis Cluster given by several `seeds`, with its address
+/// for messages (the seeds without their secrets, joined by `|`).
+fn seeded(index: usize, seeds: &[&str]) -> Result<(MemberClient, Option<String>), Error> {
+    let address = seeds
+        .iter()
+        .map(|seed| redact_url(seed))
+        .collect::<Vec<_>>()
+        .join("|");
+    #[cfg(feature = "cluster")]
+    {
+        for seed in seeds {
+            member::node_client(seed).map_err(|_| url_error(index, seed))?;
+        }
+        let client =
+            member::seeded_cluster_client(seeds).map_err(|_| url_error(index, seeds[0]))?;
+        Ok((client, Some(address)))
+    }
+    #[cfg(not(feature = "cluster"))]
+    Err(Error::config(
+        format!("urls[{index}]"),
+        format!(
+            "entry {} ({address}) names a Redis Cluster by several seed nodes, which needs \
+             redmutex's `cluster` feature",
+            index + 1
+        ),
+    ))
 }
 
 /// Why `url` (the `index`th, counted from 0) makes no client. The rule names the entry as given

@@ -461,3 +461,22 @@ async fn purge_removes_the_kept_keys_and_refuses_while_held() {
         assert!(present(&cluster, key).is_empty(), "{key}");
     }
 }
+
+/// A cluster member given by several seeds in --nodes (`url|url`) runs while one seed is down,
+/// with no warning: the member holds the lock.
+#[test]
+fn a_cluster_member_with_a_dead_seed_still_holds() {
+    let standalone = Cluster::start(2);
+    let cluster = testenv::RedisCluster::start(3, 0);
+    let nodes = format!(
+        "{},redis://127.0.0.1:1/|{}",
+        standalone.urls().join(","),
+        cluster.urls()[1]
+    );
+    let ran = run(
+        redmutex_with_nodes(&nodes),
+        &["run", "seeds:job", "--", "true"],
+    );
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(!ran.stderr.contains("warning"), "{ran:?}");
+}
