@@ -54,8 +54,8 @@ pub struct Talk {
     #[arg(long, short, conflicts_with = "quiet")]
     pub verbose: bool,
 
-    /// Say nothing but errors: no warnings about members that are down or refusing, and no
-    /// lines while waiting.
+    /// No warnings about members that are down or refusing, and no lines while waiting (errors,
+    /// a lost lock and `elect`'s leader line are still said).
     #[arg(long, short)]
     pub quiet: bool,
 }
