@@ -160,6 +160,20 @@ impl Error {
         }
     }
 
+    /// Names each failing node of this error (and of the errors it wraps) by its address:
+    /// `address(node)`, `None` where the client tells none.
+    pub(crate) fn name_nodes(mut self, address: &impl Fn(usize) -> Option<String>) -> Self {
+        match &mut self {
+            Error::NoQuorum { failures, .. } => name_failures(failures, address),
+            Error::Lost { cause } | Error::WaitedOut { last: cause, .. } => {
+                let inner = std::mem::replace(&mut **cause, Error::Expired);
+                **cause = inner.name_nodes(address);
+            }
+            _ => {}
+        }
+        self
+    }
+
     /// Whether nodes that refused the command (see [`NodeErrorKind::is_refusal`]) are so many that
     /// the rest cannot make a quorum: then another attempt is bound to fail the same way, and
     /// `lock()` returns this error at once instead of spending its tries.
@@ -205,11 +219,29 @@ pub struct NodeError {
     pub node: usize,
     /// What happened there.
     pub kind: NodeErrorKind,
+    /// The member's address without credentials (`redis://10.0.0.1:6379`), which names it in
+    /// messages; `None` where the client has none to tell (connections the caller built, a
+    /// `ClusterClient`), and then messages name it by index (`node 2`).
+    pub address: Option<String>,
+}
+
+impl NodeError {
+    /// What happened on node `node`, its address not known yet (see [`Error::name_nodes`]).
+    pub(crate) fn new(node: usize, kind: NodeErrorKind) -> Self {
+        NodeError {
+            node,
+            kind,
+            address: None,
+        }
+    }
 }
 
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node {}: {}", self.node, self.kind)
+        match &self.address {
+            Some(address) => write!(f, "{address}: {}", self.kind),
+            None => write!(f, "node {}: {}", self.node, self.kind),
+        }
     }
 }
 
@@ -325,6 +357,27 @@ pub enum NodeErrorKind {
 }
 
 impl NodeErrorKind {
+    /// Whether the node refused this client's credentials: `NOAUTH` (the node wants a password
+    /// and got none), `WRONGPASS` (the user or password is wrong, or the user is disabled), or a
+    /// failed `AUTH` while connecting. A [`refusal`](Self::is_refusal) an operator fixes in the
+    /// node's URL (or the node's `requirepass` / ACL users), not by waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redmutex::NodeErrorKind;
+    /// use std::time::Duration;
+    ///
+    /// assert!(!NodeErrorKind::Timeout(Duration::from_millis(400)).is_authentication_refusal());
+    /// ```
+    pub fn is_authentication_refusal(&self) -> bool {
+        let NodeErrorKind::Redis(error) = self else {
+            return false;
+        };
+        error.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
+    }
+
     /// Whether the node refused the command for a reason that trying again soon cannot fix, only an
     /// operator: the user may not run it (`NOPERM`: a missing ACL permission, named in the
     /// message), the connection is not authenticated (`NOAUTH`), its credentials were refused
@@ -371,6 +424,16 @@ impl NodeErrorKind {
     }
 }
 
+/// Fills in the address of each failure still without one: `address(node)`.
+pub(crate) fn name_failures(
+    failures: &mut [NodeError],
+    address: &impl Fn(usize) -> Option<String>,
+) {
+    for failure in failures.iter_mut().filter(|f| f.address.is_none()) {
+        failure.address = address(failure.node);
+    }
+}
+
 /// Formats node failures as `node 1: ...; node 3: ...`.
 struct NodeList<'a>(&'a [NodeError]);
 
@@ -397,20 +460,37 @@ mod tests {
             quorum: 2,
             total: 3,
             failures: vec![
-                NodeError {
-                    node: 1,
-                    kind: NodeErrorKind::Timeout(Duration::from_millis(50)),
-                },
-                NodeError {
-                    node: 2,
-                    kind: NodeErrorKind::Taken,
-                },
+                NodeError::new(1, NodeErrorKind::Timeout(Duration::from_millis(50))),
+                NodeError::new(2, NodeErrorKind::Taken),
             ],
         };
         assert_eq!(
             error.to_string(),
             "no quorum: 1 of 3 nodes succeeded, 2 needed \
              (node 1: timed out after 50ms; node 2: held by another owner)"
+        );
+    }
+
+    #[test]
+    fn no_quorum_names_members_by_address_where_known() {
+        let error = Error::NoQuorum {
+            ok: 1,
+            quorum: 2,
+            total: 3,
+            failures: vec![
+                NodeError::new(0, NodeErrorKind::Timeout(Duration::from_millis(50))),
+                NodeError::new(2, NodeErrorKind::Taken),
+            ],
+        };
+        let lost = Error::Lost {
+            cause: Box::new(error),
+        };
+        let address = |node| (node == 0).then(|| "redis://10.0.0.1:6379".to_owned());
+        assert_eq!(
+            lost.name_nodes(&address).to_string(),
+            "the lock was lost while the work ran, and the work was dropped: no quorum: 1 of 3 \
+             nodes succeeded, 2 needed (redis://10.0.0.1:6379: timed out after 50ms; node 2: held \
+             by another owner)"
         );
     }
 
@@ -440,6 +520,14 @@ mod tests {
         }
         let io = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
         assert!(!NodeErrorKind::Redis(io).is_refusal());
+        for reply in [
+            &b"-NOAUTH Authentication required.\r\n"[..],
+            b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+        ] {
+            assert!(redis_error(reply).is_authentication_refusal(), "{reply:?}");
+        }
+        let noperm = redis_error(b"-NOPERM User app has no permissions\r\n");
+        assert!(!noperm.is_authentication_refusal());
     }
 
     #[test]
@@ -451,7 +539,7 @@ mod tests {
             failures: kinds
                 .into_iter()
                 .enumerate()
-                .map(|(node, kind)| NodeError { node, kind })
+                .map(|(node, kind)| NodeError::new(node, kind))
                 .collect(),
         };
         let noperm = || redis_error(b"-NOPERM no permissions\r\n");

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::nodes::Node;
 use crate::nodes::connection::NodeConnection;
 use crate::nodes::member::{self, MemberClient};
-use crate::nodes::redact::redact_url;
+use crate::nodes::redact::{redact_entry, redact_url};
 use crate::nodes::script::{self, Script};
 use crate::ops;
 use crate::ops::checks::Checkup;
@@ -75,7 +75,9 @@ impl Redlock {
     /// or `rediss://` / `valkeys://` for TLS with the `tls` feature. A URL of any node of a Redis
     /// Cluster (such as a managed service's configuration endpoint) stands for the whole cluster,
     /// one member, with the `cluster` feature (on by default): redmutex finds out when it
-    /// connects (see [`MemberClient`]). Without the feature, such a member answers every call
+    /// connects (see [`MemberClient`]). Several URLs of one cluster's nodes joined by `|`
+    /// (`redis://c1:7000|redis://c2:7000`) are one member whose cluster client starts from any
+    /// of them, so the member is found while one of them is down. Without the feature, such a member answers every call
     /// with [`NodeErrorKind::ClusterFeatureOff`](crate::NodeErrorKind::ClusterFeatureOff).
     ///
     /// A thin layer over [`from_clients`](Redlock::from_clients): each URL becomes a
@@ -85,9 +87,10 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] if `urls` is empty or a URL does not parse, and for a TLS URL when the
-    /// `tls` feature is off (the message names the feature). The message never contains a
-    /// password.
+    /// [`Error::Config`] if `urls` is empty or a URL does not parse, for a TLS URL when the
+    /// `tls` feature is off (the message names the feature), and when two URLs reach one server
+    /// (the same host and port, whatever the scheme, database or credentials; names are not
+    /// resolved): the message names both entries, counted from 1. It never contains a password.
     ///
     /// # Cancel safety
     ///
@@ -137,10 +140,16 @@ impl Redlock {
         let mut clients = Vec::new();
         for (index, url) in urls.into_iter().enumerate() {
             let url = url.as_ref();
+            let seeds = member::seeds(url);
+            if seeds.len() > 1 {
+                clients.push(seeded(index, &seeds)?);
+                continue;
+            }
             let address = redact_url(url);
-            let client = member::node_client(url).map_err(|_| url_error(index, url, &address))?;
+            let client = member::node_client(url).map_err(|_| url_error(index, url))?;
             clients.push((MemberClient::Node(client), Some(address)));
         }
+        refuse_duplicates(&clients, "urls")?;
         Redlock::with_clients(clients)
     }
 
@@ -165,7 +174,8 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] if there are no clients.
+    /// [`Error::Config`] if there are no clients, or when two node clients reach one server (the
+    /// same host and port), as with [`connect`](Redlock::connect).
     ///
     /// # Cancel safety
     ///
@@ -207,7 +217,8 @@ impl Redlock {
                 let address = (!client.is_cluster()).then(|| client.address());
                 (client, address)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        refuse_duplicates(&clients, "clients")?;
         Redlock::with_clients(clients)
     }
 
@@ -525,20 +536,83 @@ impl Redlock {
     }
 }
 
-/// Why `url` (the `index`th) makes no client; `address` is the URL without its secrets, since the
-/// redis crate's own messages are generic.
-fn url_error(index: usize, url: &str, address: &str) -> Error {
+/// The member of the `index`th entry, a Redis Cluster given by several `seeds`, with its address
+/// for messages (the seeds without their secrets, joined by `|`).
+fn seeded(index: usize, seeds: &[&str]) -> Result<(MemberClient, Option<String>), Error> {
+    let address = seeds
+        .iter()
+        .map(|seed| redact_url(seed))
+        .collect::<Vec<_>>()
+        .join("|");
+    #[cfg(feature = "cluster")]
+    {
+        for seed in seeds {
+            member::node_client(seed).map_err(|_| url_error(index, seed))?;
+        }
+        let client =
+            member::seeded_cluster_client(seeds).map_err(|_| url_error(index, seeds[0]))?;
+        Ok((client, Some(address)))
+    }
+    #[cfg(not(feature = "cluster"))]
+    Err(Error::config(
+        format!("urls[{index}]"),
+        format!(
+            "entry {} ({address}) names a Redis Cluster by several seed nodes, which needs \
+             redmutex's `cluster` feature",
+            index + 1
+        ),
+    ))
+}
+
+/// Why `url` (the `index`th, counted from 0) makes no client. The rule names the entry as given
+/// without its secrets, counted from 1 as an operator lists them, since the redis crate's own
+/// messages are generic.
+fn url_error(index: usize, url: &str) -> Error {
+    let entry = format!("entry {} ({})", index + 1, redact_entry(url));
     let scheme = url
         .split_once("://")
         .map(|(scheme, _)| scheme.to_ascii_lowercase());
     let rule = match scheme.as_deref() {
         Some("rediss" | "valkeys") if cfg!(not(feature = "tls")) => format!(
-            "{address}: TLS needs redmutex's `tls` feature \
+            "{entry}: TLS needs redmutex's `tls` feature \
              (redmutex = {{ version = \"...\", features = [\"tls\"] }})"
         ),
-        _ => format!("not a valid Redis URL: {address}"),
+        _ => format!(
+            "{entry} is not a valid Redis URL: write it as redis://host:port \
+             (rediss:// for TLS)"
+        ),
     };
     Error::config(format!("urls[{index}]"), rule)
+}
+
+/// Refuses two members that reach one server: it would count twice towards every quorum, so
+/// with three members one server would decide alone, and a member listed twice on the way to
+/// its own lock would wait for itself. Entries are counted from 1, as an operator lists them.
+fn refuse_duplicates(clients: &[(MemberClient, Option<String>)], field: &str) -> Result<(), Error> {
+    let mut seen: Vec<(String, usize)> = Vec::with_capacity(clients.len());
+    for (index, (client, _)) in clients.iter().enumerate() {
+        let Some(server) = client.server() else {
+            continue;
+        };
+        if let Some(&(_, first)) = seen.iter().find(|(known, _)| *known == server) {
+            let entry = |index: usize| {
+                let address = clients[index].1.clone();
+                let address = address.unwrap_or_else(|| clients[index].0.address());
+                format!("entry {} ({address})", index + 1)
+            };
+            return Err(Error::config(
+                field,
+                format!(
+                    "{} and {} reach the same server, {server}: each member must be another \
+                     server, or its vote would count twice",
+                    entry(first),
+                    entry(index)
+                ),
+            ));
+        }
+        seen.push((server, index));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Redlock {
@@ -559,7 +633,7 @@ mod tests {
 
     #[test]
     fn digests_are_sha1_hex_and_distinct() {
-        assert_eq!(SCRIPTS.len(), 23);
+        assert_eq!(SCRIPTS.len(), 24);
         for script in &SCRIPTS {
             let digest = script.digest();
             assert_eq!(digest.len(), 40);

@@ -15,15 +15,50 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0-255  run, elect: the command's own status (128 + N when it died of signal N)
   1      doctor: a check failed
-  64     usage or configuration error (bad option, no nodes, malformed URL)
+  64     usage or configuration error (bad option, no nodes, malformed URL, one server listed
+         twice)
   69     no quorum of nodes reachable
   70     run: the lock was lost while the command ran, and the command was terminated
   70     elect: the leadership was lost while the command ran (without --restart)
   71     run, elect: the enforcer could not start or died (the command was killed)
-  75     run: the lock is held elsewhere (--no-wait), or the --wait time ran out
+  75     run: the lock is held elsewhere (--no-wait), or the --wait time ran out; unlock --purge:
+         the name is held or waited for
+  77     run, elect, status, unlock, doctor: the nodes refused the credentials (NOAUTH or
+         WRONGPASS), too many for a quorum
   126    run: the command could not be started (127: not found)
 
 Nodes come from --nodes or REDMUTEX_NODES; passwords in their URLs never appear in output.";
+
+/// A hint for a mistake clap reports in its own terms: `redmutex run job echo hi` is "unexpected
+/// argument 'echo'" to clap, since COMMAND starts only after `--`.
+pub fn hint(error: &clap::Error, args: &[OsString]) -> Option<String> {
+    if error.kind() != clap::error::ErrorKind::UnknownArgument || args.iter().any(|a| a == "--") {
+        return None;
+    }
+    let subcommand = args
+        .iter()
+        .skip(1)
+        .find(|arg| *arg == "run" || *arg == "elect")?;
+    let subcommand = subcommand.to_string_lossy();
+    Some(format!(
+        "hint: put `--` before the command, so that its own options and arguments are not \
+         taken for {subcommand}'s: redmutex {subcommand} [OPTIONS] NAME -- COMMAND [ARGS]..."
+    ))
+}
+
+/// How much `run` and `elect` say on stderr besides errors.
+#[derive(Debug, Args)]
+pub struct Talk {
+    /// Also say when the lock (or the leadership) is taken, with its fingerprint (as
+    /// `redmutex status` shows the holder's, and COMMAND gets in REDMUTEX_FINGERPRINT) and token.
+    #[arg(long, short, conflicts_with = "quiet")]
+    pub verbose: bool,
+
+    /// No warnings about members that are down or refusing, and no lines while waiting (errors,
+    /// a lost lock and `elect`'s leader line are still said).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
 
 /// `redmutex`: the command line.
 #[derive(Debug, Parser)]
@@ -59,8 +94,8 @@ pub enum Command {
 ///
 /// Takes the lock (waiting for it unless --no-wait or --wait say otherwise), starts COMMAND
 /// without a shell in its own process group (stdin, stdout and stderr inherited, REDMUTEX_NAME
-/// set, and REDMUTEX_TOKEN with --fencing), extends the lock while it runs, and releases the lock
-/// when it exits. If the lock is lost (an extension fails, or its validity runs out), COMMAND's
+/// and REDMUTEX_FINGERPRINT set, and REDMUTEX_TOKEN with --fencing), extends the lock while it
+/// runs, and releases the lock when it exits. If the lock is lost (an extension fails, or its validity runs out), COMMAND's
 /// process group gets SIGTERM at once and SIGKILL when --grace has passed or the lock's validity
 /// ends, whichever comes first: COMMAND never runs past the lock. SIGINT, SIGTERM, SIGHUP and
 /// SIGQUIT sent to redmutex are passed on to COMMAND; the lock is released once it exited.
@@ -91,6 +126,21 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
 
+    /// Return from taking and renewing the lock as soon as a quorum decided, without waiting for
+    /// the farthest nodes (the library's with_fail_fast); `doctor` says when that pays.
+    #[arg(long)]
+    pub fail_fast: bool,
+
+    /// Keep the lock taken for at least DURATION from when it was taken, even when COMMAND ends
+    /// sooner: it is then left to expire on the nodes instead of released (nobody renews it for
+    /// that), so a job that cron starts on several hosts whose clocks differ runs once per
+    /// period. The lock is taken with an expiry of at least DURATION (--expiry if longer).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub hold_at_least: Option<Duration>,
+
+    #[command(flatten)]
+    pub talk: Talk,
+
     /// The lock's name: the Redis key on every node.
     pub name: String,
 
@@ -99,11 +149,20 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+impl RunArgs {
+    /// The lock's expiry: `--expiry`, or `--hold-at-least` if longer, so that a lock left to
+    /// expire lives that long.
+    pub fn expiry(&self) -> Duration {
+        self.hold_at_least
+            .map_or(self.expiry, |at_least| self.expiry.max(at_least))
+    }
+}
+
 /// Campaign in the election NAME as ID; run COMMAND while leading; exit with its status.
 ///
 /// A standby waits (woken at once when the leader resigns; a leader that crashed is replaced
 /// once its lease ran out). The leader starts COMMAND as `run` does, with REDMUTEX_NAME,
-/// REDMUTEX_ID and REDMUTEX_EPOCH set (the epoch is a fencing token that grows with every
+/// REDMUTEX_ID, REDMUTEX_EPOCH and REDMUTEX_FINGERPRINT set (the epoch is a fencing token that grows with every
 /// leader), renews its lease while COMMAND runs, and resigns when it exits. If the leadership
 /// is lost, COMMAND gets SIGTERM at once and SIGKILL when --grace has passed or the lease's
 /// validity ends, whichever comes first. With --restart, a former leader campaigns again after
@@ -129,6 +188,14 @@ pub struct ElectArgs {
     /// SIGKILL, at most until the lease's validity ends.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
+
+    /// Return from taking and renewing the lock as soon as a quorum decided, without waiting for
+    /// the farthest nodes (the library's with_fail_fast); `doctor` says when that pays.
+    #[arg(long)]
+    pub fail_fast: bool,
+
+    #[command(flatten)]
+    pub talk: Talk,
 
     /// The election's name: the Redis key on every node.
     pub name: String,
@@ -161,6 +228,13 @@ pub struct UnlockArgs {
     /// Required: confirms that breaking the lock is intended.
     #[arg(long)]
     pub force: bool,
+
+    /// Also delete what redmutex keeps beside NAME for good (its fencing counter, an election's
+    /// leader record, a read-write lock's and a fair line's keys), for a name that is retired.
+    /// Refused (exit 75) on nodes where NAME is held or waited for; without --force, a held lock
+    /// is never broken.
+    #[arg(long)]
+    pub purge: bool,
 
     /// The lock's name.
     pub name: String,

@@ -21,9 +21,38 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     .ok_or_else(bad)
 }
 
+/// A duration as people read it in a message: `950ms`, `1.95s`, `2s`, `125s`; not
+/// `1.954355901s`.
+pub fn shown(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis < 1000 {
+        return format!("{millis}ms");
+    }
+    if millis >= 60_000 {
+        return format!("{}s", duration.as_secs_f64().round());
+    }
+    let text = format!("{:.2}", duration.as_secs_f64());
+    format!("{}s", text.trim_end_matches('0').trim_end_matches('.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_rounded() {
+        let cases = [
+            (Duration::from_nanos(1_954_355_901), "1.95s"),
+            (Duration::from_millis(2000), "2s"),
+            (Duration::from_millis(2500), "2.5s"),
+            (Duration::from_micros(950_400), "950ms"),
+            (Duration::ZERO, "0ms"),
+            (Duration::from_millis(125_400), "125s"),
+        ];
+        for (duration, expected) in cases {
+            assert_eq!(shown(duration), expected, "{duration:?}");
+        }
+    }
 
     #[test]
     fn units() {

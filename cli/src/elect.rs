@@ -5,10 +5,12 @@ use std::process::ExitCode;
 use redmutex::{Election, Leadership, Redlock};
 
 use crate::args::ElectArgs;
-use crate::exit::{LOST, OS_ERROR, USAGE, acquire_code, fail, say};
+use crate::exit::{LOST, OS_ERROR, USAGE, acquire_code, advised, fail, say};
 use crate::guard::Spec;
+use crate::members::Members;
 use crate::run::{signal_code, start, status_code};
 use crate::supervise::{Leading, Outcome, Signals, supervise};
+use crate::waiting::tell_leader;
 
 /// The per-node timeout as a fraction of the lease (the library's default, spelled out as
 /// `run` does).
@@ -31,10 +33,12 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
     let election = redlock
         .new_election(args.name.as_str())
         .with_expiry(args.expiry)
-        .with_timeout_factor(TIMEOUT_FACTOR);
+        .with_timeout_factor(TIMEOUT_FACTOR)
+        .with_fail_fast(args.fail_fast);
     loop {
         let campaign = tokio::select! {
             campaign = election.campaign(args.id.as_str()) => campaign,
+            never = tell_leader(&election, &args.id), if !args.talk.quiet => match never {},
             signal = signals.pass_on() => {
                 // A campaign cut short releases what it took in the background.
                 tokio::time::sleep(args.expiry.mul_f64(TIMEOUT_FACTOR)).await;
@@ -44,10 +48,11 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
         let leadership = match campaign {
             Ok(leadership) => leadership,
             Err(error) => {
-                return fail(acquire_code(&error), format!("{}: {error}", args.name));
+                let message = advised(format!("{}: {error}", args.name), &error);
+                return fail(acquire_code(&error), message);
             }
         };
-        let code = lead(&election, leadership, &args, &mut signals).await;
+        let code = lead(&election, redlock.len(), leadership, &args, &mut signals).await;
         // A signal passed on to COMMAND ends the loop: it was meant for both.
         let restart = args.restart && signals.take_received().is_none();
         match code {
@@ -73,6 +78,7 @@ enum Led {
 /// Runs the command while `leadership` holds.
 async fn lead(
     election: &Election,
+    total: usize,
     leadership: Leadership,
     args: &ElectArgs,
     signals: &mut Signals,
@@ -80,8 +86,12 @@ async fn lead(
     let Some((program, program_args)) = args.command.split_first() else {
         return Led::Failed(fail(USAGE, "no COMMAND given after --"));
     };
+    let fingerprint = match args.talk.verbose {
+        true => format!(", fingerprint {}", leadership.fingerprint()),
+        false => String::new(),
+    };
     say(format!(
-        "{}: {} leads with epoch {}",
+        "{}: {} leads with epoch {}{fingerprint}",
         args.name,
         leadership.identity(),
         leadership.epoch()
@@ -93,6 +103,7 @@ async fn lead(
             ("REDMUTEX_NAME", args.name.clone()),
             ("REDMUTEX_ID", args.id.clone()),
             ("REDMUTEX_EPOCH", leadership.epoch().to_string()),
+            ("REDMUTEX_FINGERPRINT", leadership.fingerprint()),
         ],
         grace: args.grace,
         interval: election.renew_every(),
@@ -108,7 +119,17 @@ async fn lead(
         name: election.name(),
         leadership: &leadership,
     };
-    let outcome = supervise(&mut guard, &mut lease, args.grace, spec.interval, signals).await;
+    let mut members = Members::new(&args.name, args.talk.quiet);
+    members.taken(leadership.failing_nodes(), total);
+    let outcome = supervise(
+        &mut guard,
+        &mut lease,
+        &mut members,
+        args.grace,
+        spec.interval,
+        signals,
+    )
+    .await;
     let led = match outcome {
         Outcome::Exited(status) => {
             resign(leadership).await;

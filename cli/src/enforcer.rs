@@ -33,6 +33,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{sleep, sleep_until};
 
 use crate::clock::Mono;
+use crate::duration::shown;
 use crate::schedule::{Act, Schedule, Why};
 use crate::tree::{Tree, adopt_orphans, reap};
 use crate::wire::{Cut, FRAME, Frame, Order, Reader, Report};
@@ -253,8 +254,8 @@ impl Enforcer {
         match self.schedule.wake_at() {
             Some(kill_at) if !self.schedule.killed() => quietly(format!(
                 "{cause}: sending SIGTERM to the command's process group, SIGKILL follows in \
-                 {:?} at the latest",
-                kill_at.since(now)
+                 {} at the latest",
+                shown(kill_at.since(now))
             )),
             _ => quietly(format!(
                 "{cause}: sending SIGKILL to the command's process group"

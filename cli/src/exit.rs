@@ -17,6 +17,8 @@ pub const UNAVAILABLE: u8 = 69;
 pub const LOST: u8 = 70;
 /// The machine refused something redmutex needs (a runtime, a signal handler) (`EX_OSERR`).
 pub const OS_ERROR: u8 = 71;
+/// The nodes refused the credentials in `--nodes`, so that no quorum is left (`EX_NOPERM`).
+pub const NO_PERMISSION: u8 = 77;
 /// The lock is held elsewhere, or the wait ran out (`EX_TEMPFAIL`).
 pub const HELD: u8 = 75;
 /// The command could not be started, as shells report it.
@@ -24,10 +26,16 @@ pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found, as shells report it.
 pub const NOT_FOUND: u8 = 127;
 
-/// Prints `message` on stderr, prefixed and with any credentials hidden.
+/// Prints `message` on stderr, each line prefixed, with any credentials hidden.
 pub fn say(message: impl AsRef<str>) {
+    let mut out = String::new();
+    for line in redact(message.as_ref()).lines() {
+        out.push_str("redmutex: ");
+        out.push_str(line);
+        out.push('\n');
+    }
     // Not eprintln!, which panics when stderr is closed.
-    let _ = writeln!(io::stderr(), "redmutex: {}", redact(message.as_ref()));
+    let _ = io::stderr().write_all(out.as_bytes());
 }
 
 /// Prints `text` on stdout, with any credentials hidden. A closed stdout (`| head`) is no error.
@@ -42,8 +50,12 @@ pub fn fail(code: u8, message: impl AsRef<str>) -> ExitCode {
 }
 
 /// The exit code of a failed acquisition: 75 when the lock is held (or the nodes that answered
-/// were split between holders), 69 when too few nodes answered at all, 64 for bad settings.
+/// were split between holders), 77 when nodes refused the credentials and too few are left for
+/// a quorum, 69 when too few nodes answered at all, 64 for bad settings.
 pub fn acquire_code(error: &Error) -> u8 {
+    if refused_authentication(error).is_some() {
+        return NO_PERMISSION;
+    }
     match error {
         Error::Taken { .. } => HELD,
         Error::NoQuorum {
@@ -77,8 +89,51 @@ fn held_or_unavailable(quorum: usize, total: usize, silent: usize) -> u8 {
 /// The exit code of a failed status or forced unlock.
 pub fn query_code(error: &Error) -> u8 {
     match error {
+        _ if refused_authentication(error).is_some() => NO_PERMISSION,
         Error::Config { .. } => USAGE,
         _ => UNAVAILABLE,
+    }
+}
+
+/// When nodes refused the credentials (`NOAUTH`, `WRONGPASS`) so many that the rest cannot make
+/// a quorum: how many did, of how many.
+fn refused_authentication(error: &Error) -> Option<(usize, usize)> {
+    let Error::NoQuorum {
+        quorum,
+        total,
+        failures,
+        ..
+    } = error
+    else {
+        return match error {
+            Error::Lost { cause } | Error::WaitedOut { last: cause, .. } => {
+                refused_authentication(cause)
+            }
+            _ => None,
+        };
+    };
+    let refused = failures
+        .iter()
+        .filter(|f| f.kind.is_authentication_refusal())
+        .count();
+    (refused > 0 && total.saturating_sub(refused) < *quorum).then_some((refused, *total))
+}
+
+/// `message` (about `error`) with what to do next: for credentials the nodes refused, where
+/// they come from; for nodes that did not answer, the command that checks each.
+pub fn advised(message: String, error: &Error) -> String {
+    if let Some((refused, total)) = refused_authentication(error) {
+        return format!(
+            "{message}\nauthentication refused by {refused} of {total} nodes (NOAUTH or \
+             WRONGPASS): check the user and password in the --nodes URLs, then run \
+             `redmutex doctor`"
+        );
+    }
+    match error {
+        Error::NoQuorum { .. } | Error::WaitedOut { .. } if acquire_code(error) == UNAVAILABLE => {
+            format!("{message}\nrun `redmutex doctor` to check each node")
+        }
+        _ => message,
     }
 }
 

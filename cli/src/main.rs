@@ -11,6 +11,7 @@ mod elect;
 mod enforcer;
 mod exit;
 mod guard;
+mod members;
 mod metrics;
 mod redact;
 mod run;
@@ -18,13 +19,14 @@ mod schedule;
 mod status;
 mod supervise;
 mod tree;
+mod waiting;
 mod wire;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
-use redmutex::Redlock;
+use redmutex::{Error, Redlock};
 
 use crate::args::{Cli, Command};
 use crate::exit::{OS_ERROR, USAGE, fail};
@@ -42,6 +44,9 @@ fn main() -> ExitCode {
             if error.use_stderr() {
                 // clap echoes arguments, which may be URLs with passwords.
                 let _ = write!(io::stderr(), "{}", redact(&error.render().to_string()));
+                if let Some(hint) = args::hint(&error, &args) {
+                    let _ = writeln!(io::stderr(), "\n{hint}");
+                }
                 return ExitCode::from(USAGE);
             }
             // --help and --version: fixed text, no argument echoed.
@@ -82,6 +87,10 @@ async fn dispatch(cli: Cli) -> ExitCode {
     };
     let redlock = match Redlock::connect(&urls).await {
         Ok(redlock) => redlock,
+        // The entries are the operator's list: name the option, not the library's field.
+        Err(Error::Config { field, rule }) if field.starts_with("urls") => {
+            return fail(USAGE, format!("--nodes: {rule}"));
+        }
         Err(error) => return fail(USAGE, error.to_string()),
     };
     match cli.command {

@@ -9,12 +9,16 @@ use redmutex::{Error, Lock, Mutex, Redlock};
 use rustix::process::Signal;
 
 use crate::args::RunArgs;
+use crate::duration::shown;
 use crate::exit::{
-    CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, UNAVAILABLE, USAGE, acquire_code, fail, say,
+    CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, UNAVAILABLE, USAGE, acquire_code, advised,
+    fail, say,
 };
 use crate::guard::{Guard, NotStarted, Spec};
+use crate::members::Members;
 use crate::supervise::{KeptLock, Outcome, Signals, supervise};
 use crate::tree::adopt_orphans;
+use crate::waiting::tell_holder;
 
 /// The per-node timeout as a fraction of the expiry (the library's default, spelled out because
 /// the cleanup pause below depends on it).
@@ -41,9 +45,10 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
     };
     let mutex = redlock
         .new_mutex(args.name.as_str())
-        .with_expiry(args.expiry)
+        .with_expiry(args.expiry())
         .with_timeout_factor(TIMEOUT_FACTOR)
         .with_fencing(args.fencing)
+        .with_fail_fast(args.fail_fast)
         .with_wake_on_release(true);
     let acquired = tokio::select! {
         acquired = acquire(&mutex, &args) => acquired,
@@ -57,9 +62,24 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         Ok(lock) => lock,
         Err((outcome, code)) => return counted(outcome, code),
     };
+    let taken = Instant::now();
 
-    let interval = args.expiry / EXTENSIONS_PER_EXPIRY;
-    let mut env = vec![("REDMUTEX_NAME", args.name.clone())];
+    let interval = args.expiry() / EXTENSIONS_PER_EXPIRY;
+    let fingerprint = lock.fingerprint();
+    if args.talk.verbose {
+        let token = lock
+            .token()
+            .map(|t| format!(", token {t}"))
+            .unwrap_or_default();
+        say(format!(
+            "{}: acquired, fingerprint {fingerprint}{token}",
+            args.name
+        ));
+    }
+    let mut env = vec![
+        ("REDMUTEX_NAME", args.name.clone()),
+        ("REDMUTEX_FINGERPRINT", fingerprint),
+    ];
     if let Some(token) = lock.token() {
         env.push(("REDMUTEX_TOKEN", token.to_string()));
     }
@@ -83,12 +103,27 @@ pub async fn run(redlock: &Redlock, args: RunArgs) -> ExitCode {
         }
     };
 
-    let mut kept = KeptLock::new(&lock, interval, args.grace);
-    let outcome = supervise(&mut guard, &mut kept, args.grace, interval, &mut signals).await;
+    let mut members = Members::new(&args.name, args.talk.quiet);
+    members.taken(lock.failing_nodes(), redlock.len());
+    let mut kept = KeptLock::new(&lock, &mutex, interval, args.grace);
+    let outcome = supervise(
+        &mut guard,
+        &mut kept,
+        &mut members,
+        args.grace,
+        interval,
+        &mut signals,
+    )
+    .await;
     drop(kept);
     let code = match outcome {
         Outcome::Exited(status) => {
-            release(&lock).await;
+            match args.hold_at_least {
+                // The lock expires on the nodes an expiry (at least D) after it was taken, or
+                // later: left there, nobody takes it sooner.
+                Some(at_least) if taken.elapsed() < at_least => lock.clone().leave(),
+                _ => release(&lock).await,
+            }
             let code = status_code(status);
             counted(code.to_string(), ExitCode::from(code))
         }
@@ -172,11 +207,18 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, E
         .with_tries(u32::MAX)
         // Release notices wake the waiter; this delay is the fallback for a lost notice.
         .with_retry_delay_fn(|_| Duration::from_millis(rand::random_range(250..1000)));
+    // The wait, with a line about the holder now and then unless --quiet.
+    let wait = async {
+        tokio::select! {
+            waited = waiting.lock() => waited,
+            never = tell_holder(mutex), if !args.talk.quiet => match never {},
+        }
+    };
     let waited = match args.wait {
-        None => waiting.lock().await,
+        None => wait.await,
         Some(limit) => {
             let left = limit.saturating_sub(started.elapsed());
-            match tokio::time::timeout(left, waiting.lock()).await {
+            match tokio::time::timeout(left, wait).await {
                 Ok(waited) => waited,
                 Err(_) => {
                     cleanup_pause(args).await;
@@ -184,7 +226,7 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, E
                         "held",
                         fail(
                             HELD,
-                            format!("{}: still held after waiting {limit:?}", args.name),
+                            format!("{}: still held after waiting {}", args.name, shown(limit)),
                         ),
                     ));
                 }
@@ -200,7 +242,7 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, E
 fn why(name: &str, error: &Error) -> String {
     match error {
         Error::Taken { .. } => format!("{name}: held elsewhere"),
-        other => format!("{name}: {other}"),
+        other => advised(format!("{name}: {other}"), other),
     }
 }
 

@@ -3,16 +3,19 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redmutex::{Holder, LeaderInfo, LockState, NodeAnswer, Redlock};
+use redmutex::{Error, Holder, LeaderInfo, LockState, NodeAnswer, Redlock};
 use serde_json::{Value, json};
 
 use crate::args::{StatusArgs, UnlockArgs};
-use crate::exit::{USAGE, fail, query_code, show};
+use crate::exit::{HELD, USAGE, advised, fail, query_code, show};
 
 pub async fn status(redlock: &Redlock, args: StatusArgs) -> ExitCode {
     let state = match redlock.new_mutex(args.name.as_str()).inspect().await {
         Ok(state) => state,
-        Err(error) => return fail(query_code(&error), format!("{}: {error}", args.name)),
+        Err(error) => {
+            let message = advised(format!("{}: {error}", args.name), &error);
+            return fail(query_code(&error), message);
+        }
     };
     // Only a held name can have a leader; an error reading it leaves the row out.
     let leader = match state.is_held() {
@@ -32,6 +35,9 @@ pub async fn status(redlock: &Redlock, args: StatusArgs) -> ExitCode {
 }
 
 pub async fn unlock(redlock: &Redlock, args: UnlockArgs) -> ExitCode {
+    if args.purge && !args.force {
+        return purge(redlock, &args.name).await;
+    }
     if !args.force {
         return fail(
             USAGE,
@@ -56,11 +62,41 @@ pub async fn unlock(redlock: &Redlock, args: UnlockArgs) -> ExitCode {
                 args.name,
                 redlock.len()
             ));
+            if args.purge {
+                return purge(redlock, &args.name).await;
+            }
             ExitCode::SUCCESS
         }
         Err(error) => fail(
             query_code(&error),
-            format!("{}: the lock may still stand: {error}", args.name),
+            advised(
+                format!("{}: the lock may still stand: {error}", args.name),
+                &error,
+            ),
+        ),
+    }
+}
+
+/// `unlock --purge`: deletes what redmutex keeps beside `name`, unless it is held or waited for.
+async fn purge(redlock: &Redlock, name: &str) -> ExitCode {
+    match redlock.new_mutex(name).purge().await {
+        Ok(deleted) => {
+            show(format!("{name}: purged, {deleted} keys deleted"));
+            ExitCode::SUCCESS
+        }
+        Err(Error::Taken { nodes }) => fail(
+            HELD,
+            format!(
+                "{name}: held or waited for on {} of {} nodes, not purged there: check \
+                 `redmutex status {name}`; `redmutex unlock --force --purge {name}` breaks a \
+                 lock whose holder is dead",
+                nodes.len(),
+                redlock.len()
+            ),
+        ),
+        Err(error) => fail(
+            query_code(&error),
+            advised(format!("{name}: not purged: {error}"), &error),
         ),
     }
 }

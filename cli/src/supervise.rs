@@ -9,19 +9,22 @@
 //! earlier of the grace period's end and the validity's end (a few milliseconds before it, see
 //! [`KILL_MARGIN`]).
 
+use std::cell::Cell;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use redmutex::{KeepAlive, KeepAliveEnd, Leadership, Lock};
+use redmutex::{Error, KeepAlive, KeepAliveEnd, Leadership, Lock, Mutex, NodeAnswer, NodeError};
 use rustix::process::{Signal, getpid, kill_process};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{MissedTickBehavior, sleep_until};
 
 use crate::clock::Mono;
+use crate::duration::shown;
 use crate::exit::say;
 use crate::guard::Guard;
+use crate::members::Members;
 pub use crate::schedule::KILL_MARGIN;
 use crate::wire::{Cut, Order, Report};
 
@@ -138,14 +141,26 @@ pub trait Lease {
     fn valid_until(&self) -> Instant;
     /// Resolves, saying why, when the renewals stopped; never after [`stop`](Lease::stop).
     fn ended(&self) -> impl Future<Output = String>;
+    /// `why` the lease ended (from [`ended`](Lease::ended)), with what more can be learned once
+    /// the command was told: it may ask the nodes.
+    fn explain(&self, why: String) -> impl Future<Output = String>;
     /// Stops renewing: the lease is given up.
     fn stop(&mut self);
+    /// The members that did not hold it at the last renewal, with why.
+    fn failing(&self) -> Vec<NodeError>;
 }
+
+/// Why a lock that was deleted before it expired was lost, before the nodes were asked more.
+const DELETED: &str = "the lock was deleted before it expired (forced unlock?)";
 
 /// A lock extended by a keep-alive, for `run`.
 pub struct KeptLock<'a> {
     lock: &'a Lock,
+    /// The mutex it was taken with, to ask the nodes why it was lost.
+    mutex: &'a Mutex,
     keep: Option<KeepAlive>,
+    /// Whether the keep-alive found the lock deleted before it expired.
+    deleted: Cell<bool>,
 }
 
 impl<'a> KeptLock<'a> {
@@ -153,9 +168,11 @@ impl<'a> KeptLock<'a> {
     /// interval) before the validity ends, so that `redmutex` hears it, with the nodes' answers,
     /// before the enforcer's own deadline (half an interval, at most `grace`, before the end), and
     /// COMMAND gets its grace while the lock still holds.
-    pub fn new(lock: &'a Lock, interval: Duration, grace: Duration) -> Self {
+    pub fn new(lock: &'a Lock, mutex: &'a Mutex, interval: Duration, grace: Duration) -> Self {
         KeptLock {
             lock,
+            mutex,
+            deleted: Cell::new(false),
             keep: Some(lock.keep_alive(interval).report_before(grace.min(interval))),
         }
     }
@@ -171,14 +188,45 @@ impl Lease for KeptLock<'_> {
     }
 
     async fn ended(&self) -> String {
-        match &self.keep {
-            Some(keep) => describe(&keep.ended().await),
-            None => std::future::pending().await,
+        let Some(keep) = &self.keep else {
+            return std::future::pending().await;
+        };
+        let end = keep.ended().await;
+        // Gone from a quorum while its validity had not run out: not expired, deleted (a
+        // forced unlock, or nodes that restarted empty).
+        if matches!(end, KeepAliveEnd::Lost(Error::Expired)) && Instant::now() < self.valid_until()
+        {
+            self.deleted.set(true);
+            return DELETED.to_owned();
         }
+        describe(&end)
+    }
+
+    async fn explain(&self, why: String) -> String {
+        if !self.deleted.get() {
+            return why;
+        }
+        // After SIGTERM went out: one inspect round says on how many nodes.
+        let Ok(state) = self.mutex.inspect().await else {
+            return why;
+        };
+        let gone = state
+            .nodes()
+            .iter()
+            .filter(|node| matches!(node.answer, NodeAnswer::Free))
+            .count();
+        format!(
+            "the lock was deleted on {gone} of {} nodes before it expired (forced unlock?)",
+            state.nodes().len()
+        )
     }
 
     fn stop(&mut self) {
         self.keep = None;
+    }
+
+    fn failing(&self) -> Vec<NodeError> {
+        self.lock.failing_nodes()
     }
 }
 
@@ -201,8 +249,16 @@ impl Lease for Leading<'_> {
         format!("the leadership ended: {:?}", self.leadership.lost().await)
     }
 
+    async fn explain(&self, why: String) -> String {
+        why
+    }
+
     /// A leadership renews until it is dropped; once it is lost, renewals fail anyway.
     fn stop(&mut self) {}
+
+    fn failing(&self) -> Vec<NodeError> {
+        self.leadership.failing_nodes()
+    }
 }
 
 /// Waits for the command under `guard` to exit while `lease` is renewed, and has it ended when
@@ -211,6 +267,7 @@ impl Lease for Leading<'_> {
 pub async fn supervise(
     guard: &mut Guard,
     lease: &mut impl Lease,
+    members: &mut Members,
     grace: Duration,
     interval: Duration,
     signals: &mut Signals,
@@ -268,6 +325,7 @@ pub async fn supervise(
                 if now != told {
                     told = now;
                     guard.order(Order::Valid(Mono::from_instant(now))).await;
+                    members.renewed(lease.failing());
                 }
             }
             received = signals.recv() => match received {
@@ -293,6 +351,7 @@ fn last_moment(lease: &impl Lease) -> Instant {
 /// The lease is lost: the enforcer sends SIGTERM now, and SIGKILL when it is due.
 async fn lose(guard: &mut Guard, lease: &impl Lease, grace: Duration, why: &str) {
     guard.order(Order::Lost).await;
+    let why = lease.explain(why.to_owned()).await;
     let now = Instant::now();
     // A grace too long for the clock (`--grace` takes up to billions of hours) is as long as the
     // lock allows, not none at all.
@@ -300,8 +359,8 @@ async fn lose(guard: &mut Guard, lease: &impl Lease, grace: Duration, why: &str)
     let kill_at = now.checked_add(grace).map_or(last, |at| at.min(last));
     let ending = if kill_at > now {
         format!(
-            "sent SIGTERM to the command, SIGKILL follows in {:?} at the latest",
-            kill_at.saturating_duration_since(now)
+            "sent SIGTERM to the command, SIGKILL follows in {} at the latest",
+            shown(kill_at.saturating_duration_since(now))
         )
     } else {
         "the command gets SIGKILL now".to_owned()

@@ -88,6 +88,7 @@ pub(crate) async fn attempt_once(
                     .get(f.node)
                     .is_some_and(|node| node.connection.member() == Member::Standalone)
         });
+    let failures = tally.failures.clone();
     let judged = tally.judge_acquire(left);
     // Fail-fast leaves the calls still in flight running after success: the key lands on more
     // nodes (a bare quorum turns one node loss into two holders). After failure they are dropped,
@@ -103,13 +104,17 @@ pub(crate) async fn attempt_once(
 
     metrics::attempt(&resource.labels(), &verdict);
     match verdict {
-        Ok((left, token)) => Ok(Held::new(
-            resource.clone(),
-            Arc::clone(value),
-            deadline(start, left),
-            stragglers,
-            token,
-        )),
+        Ok((left, token)) => {
+            let held = Held::new(
+                resource.clone(),
+                Arc::clone(value),
+                deadline(start, left),
+                stragglers,
+                token,
+            );
+            held.note_failing(&failures);
+            Ok(held)
+        }
         // The common failure under contention: no release to send.
         Err(error) if set_nothing || keep => Err((error, Cleanup::Done { confirmed: true })),
         Err(error) => {

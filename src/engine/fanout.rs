@@ -15,9 +15,9 @@ use crate::engine::request::{Delivery, Request, call};
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
 use crate::engine::target::Target;
-use crate::error::NodeErrorKind;
-use crate::nodes::Node;
+use crate::error::{NodeErrorKind, name_failures};
 use crate::nodes::connection::NodeConnection;
+use crate::nodes::{Node, address};
 
 /// One node's answer.
 type Reply = Result<u64, NodeErrorKind>;
@@ -134,6 +134,7 @@ pub(crate) async fn all(
         tally.add(slot.node, reply);
     }
     tally.close([]);
+    name_failures(&mut tally.failures, &|node| address(nodes, node));
     tally
 }
 
@@ -249,6 +250,7 @@ async fn gather(
         }
     }
     tally.close(calls.pending.iter().map(|(node, _)| *node));
+    name_failures(&mut tally.failures, &|node| address(nodes, node));
     let in_flight = (!calls.pending.is_empty()).then(|| InFlight {
         calls,
         deadline,

@@ -12,7 +12,7 @@ use crate::engine::request::{Delivery, Op, Request};
 use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::value::check_value;
-use crate::error::Error;
+use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::nodes::Node;
 
 /// A lock held on a quorum of nodes. Dropped without a release, it releases in the background on
@@ -39,6 +39,11 @@ struct State {
     hold: Hold,
     /// The runtime a drop releases on, when not the current one (the blocking API's).
     release_on: Option<tokio::runtime::Handle>,
+    /// The nodes that did not hold our value at the last successful acquire or extend, with why
+    /// (see `Lock::failing_nodes`).
+    failing: Vec<NodeError>,
+    /// Left to expire on the nodes (see `Lock::leave`): no release when dropped.
+    left: bool,
 }
 
 impl Held {
@@ -60,6 +65,8 @@ impl Held {
                 stragglers,
                 hold,
                 release_on: None,
+                failing: Vec::new(),
+                left: false,
             }),
             extending: tokio::sync::Mutex::new(()),
         }
@@ -75,6 +82,26 @@ impl Held {
     #[cfg(feature = "blocking")]
     pub(crate) fn release_on(&self, runtime: tokio::runtime::Handle) {
         self.state().release_on = Some(runtime);
+    }
+
+    /// Notes the nodes that did not hold our value at the acquire or extend that just succeeded.
+    pub(crate) fn note_failing(&self, failures: &[NodeError]) {
+        let failing = failures
+            .iter()
+            .filter(|f| !matches!(f.kind, NodeErrorKind::NotAwaited))
+            .cloned()
+            .collect();
+        self.state().failing = failing;
+    }
+
+    /// See `Lock::leave`.
+    pub(crate) fn leave(&self) {
+        self.state().left = true;
+    }
+
+    /// See `Lock::failing_nodes`.
+    pub(crate) fn failing(&self) -> Vec<NodeError> {
+        self.state().failing.clone()
     }
 
     pub(crate) fn value(&self) -> &str {
@@ -154,6 +181,7 @@ impl Held {
         let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
         let (ok, total) = (tally.ours, tally.total);
         let repaired = std::mem::take(&mut tally.repaired);
+        let failures = tally.failures.clone();
         let judged = tally.judge_extend(left);
         match &judged {
             Ok(left) => tracing::debug!(
@@ -195,6 +223,10 @@ impl Held {
                 }
                 if let Ok(left) = &judged {
                     state.valid_until = deadline(start, *left);
+                    state.failing = failures
+                        .into_iter()
+                        .filter(|f| !matches!(f.kind, NodeErrorKind::NotAwaited))
+                        .collect();
                 }
                 false
             }
@@ -330,7 +362,7 @@ impl Drop for Held {
         if let Some(stragglers) = state.stragglers.take() {
             stragglers.cancel();
         }
-        if state.unlocked || check_value(&self.value).is_err() {
+        if state.unlocked || state.left || check_value(&self.value).is_err() {
             return;
         }
         let Ok(plan) = self.resource.plan() else {

@@ -85,7 +85,7 @@ impl Tally {
                     }
                     _ => {}
                 }
-                self.failures.push(NodeError { node, kind });
+                self.failures.push(NodeError::new(node, kind));
             }
         }
     }
@@ -202,7 +202,7 @@ impl Tally {
             .partition(|node| counted.contains(node));
         for node in late {
             let kind = NodeErrorKind::NotCounted;
-            self.failures.push(NodeError { node, kind });
+            self.failures.push(NodeError::new(node, kind));
         }
         self.failures.sort_by_key(|failure| failure.node);
         self.ours = raised.len();

@@ -35,6 +35,15 @@ pub(crate) fn random_value() -> Arc<str> {
     }
 }
 
+/// The fingerprint of a value, as `inspect` shows a holder's: the first 12 hex digits of its
+/// SHA-1, which each node computes in the inspect script (`redis.sha1hex`). It tells holders
+/// apart and links a held key to its process without giving the value away.
+pub(crate) fn fingerprint(value: &str) -> String {
+    let mut digest = sha1_smol::Sha1::from(value).digest().to_string();
+    digest.truncate(12);
+    digest
+}
+
 /// What the name's key holds while readers hold a read-write lock: a value no lock ever has
 /// ([`check_value`] refuses it), so `SET NX` of a writer or a plain mutex fails, and no
 /// compare-and-act script ever takes it for its own. The read-write lock's scripts spell it out

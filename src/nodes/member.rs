@@ -18,6 +18,42 @@ pub(crate) fn node_client(url: &str) -> redis::RedisResult<redis::Client> {
     redis::Client::open(info.set_tcp_settings(tcp))
 }
 
+/// Splits a `connect` entry into its seed URLs: `redis://a:7000|redis://b:7000` names one Redis
+/// Cluster by several of its nodes. A `|` counts only before a scheme (`redis://`, `rediss://`,
+/// `valkey://`, `valkeys://`), so a password that holds one is not split.
+pub(crate) fn seeds(entry: &str) -> Vec<&str> {
+    let mut seeds = Vec::new();
+    let mut start = 0;
+    for (at, _) in entry.match_indices('|') {
+        let after = entry[at + 1..].to_ascii_lowercase();
+        let scheme = ["redis://", "rediss://", "valkey://", "valkeys://"];
+        if scheme.iter().any(|s| after.starts_with(s)) {
+            seeds.push(&entry[start..at]);
+            start = at + 1;
+        }
+    }
+    seeds.push(&entry[start..]);
+    seeds
+}
+
+/// A cluster client over the seed nodes at `urls`, built as [`MemberClient`] says a caller's
+/// should be: no response timeout (the default of a cluster client), masters only, RESP3 for
+/// wake-up on release, and `TCP_NODELAY` as [`node_client`] sets it.
+#[cfg(feature = "cluster")]
+pub(crate) fn seeded_cluster_client(urls: &[&str]) -> redis::RedisResult<MemberClient> {
+    use redis::IntoConnectionInfo;
+    let mut infos = Vec::with_capacity(urls.len());
+    for url in urls {
+        let info = url.into_connection_info()?;
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        infos.push(info.set_tcp_settings(tcp));
+    }
+    let client = redis::cluster::ClusterClientBuilder::new(infos)
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .build()?;
+    Ok(MemberClient::Cluster(client))
+}
+
 /// One member of the quorum, as [`Redlock::from_clients`](crate::Redlock::from_clients) takes
 /// it: a `redis::Client` of one node, or (with the `cluster` feature, on by default) a
 /// `redis::cluster::ClusterClient` of a whole Redis Cluster. Both convert with `into()`, so a
@@ -96,6 +132,26 @@ impl MemberClient {
         }
     }
 
+    /// The server a node client reaches, normalised so that two spellings of one address compare
+    /// equal (`redis://Host:6379/0` and `rediss://host:6379/1`); `None` for a cluster client,
+    /// which does not tell its seed nodes. Names are not resolved: `localhost` and `127.0.0.1`
+    /// differ here (the doctor's `distinct` check compares `run_id`s).
+    pub(crate) fn server(&self) -> Option<String> {
+        let client = match self {
+            MemberClient::Node(client) => client,
+            #[cfg(feature = "cluster")]
+            MemberClient::Cluster(_) => return None,
+        };
+        Some(match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                let host = host.trim_end_matches('.').to_ascii_lowercase();
+                format!("{host}:{port}")
+            }
+            other => other.to_string(),
+        })
+    }
+
     /// Whether it is known to reach a cluster before any connection is made.
     pub(crate) fn is_cluster(&self) -> bool {
         match self {
@@ -120,6 +176,16 @@ impl fmt::Debug for MemberClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_splits_into_seeds_before_a_scheme_only() {
+        assert_eq!(seeds("redis://a:1"), ["redis://a:1"]);
+        assert_eq!(
+            seeds("redis://a:1|REDIS://b:2|rediss://c:3"),
+            ["redis://a:1", "REDIS://b:2", "rediss://c:3"]
+        );
+        assert_eq!(seeds("redis://:p|w@a:1"), ["redis://:p|w@a:1"]);
+    }
 
     #[test]
     fn node_clients_send_each_request_at_once() {

@@ -49,6 +49,11 @@ pub(crate) struct Node {
     pub address: Option<String>,
 }
 
+/// The address of node `index` of `nodes` for messages, if it has one.
+pub(crate) fn address(nodes: &[Node], index: usize) -> Option<String> {
+    nodes.get(index).and_then(|node| node.address.clone())
+}
+
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.address {

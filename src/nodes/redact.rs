@@ -22,6 +22,28 @@ pub(crate) fn redact_url(url: &str) -> String {
     }
 }
 
+/// A `--nodes` entry as given, for an error about it: a URL redacted as by [`redact_url`], a bare
+/// `host:port` (no `@`, a numeric port: the usual slip of leaving the scheme out) as it is, and
+/// anything else hidden, since it may be a secret pasted in the wrong place.
+pub(crate) fn redact_entry(entry: &str) -> String {
+    if entry.contains("://") {
+        return redact_url(entry);
+    }
+    let host_port = entry.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && host.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':')
+            })
+    });
+    if host_port {
+        entry.to_owned()
+    } else {
+        "<not a URL>".to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,6 +68,22 @@ mod tests {
         ];
         for (url, expected) in cases {
             assert_eq!(redact_url(url), expected, "{url}");
+        }
+    }
+
+    #[test]
+    fn shows_a_bare_host_and_port_and_hides_anything_else() {
+        let cases = [
+            ("127.0.0.1:7101", "127.0.0.1:7101"),
+            ("redis-1.example.org:6379", "redis-1.example.org:6379"),
+            ("[::1]:6379", "[::1]:6379"),
+            ("redis://:pw@h:1", "redis://***@h:1"),
+            (":pw@h:1", "<not a URL>"),
+            ("hunter2", "<not a URL>"),
+            ("pass word:1", "<not a URL>"),
+        ];
+        for (entry, expected) in cases {
+            assert_eq!(redact_entry(entry), expected, "{entry}");
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::Mutex;
 use crate::engine::held::Held;
 use crate::engine::metrics::Lost;
-use crate::error::Error;
+use crate::error::{Error, NodeError};
 use crate::primitives::keep_alive::{KeepAlive, Renewal};
 use crate::primitives::run;
 
@@ -110,6 +110,96 @@ impl Lock {
     /// ```
     pub fn value(&self) -> &str {
         self.held.value()
+    }
+
+    /// The fingerprint of this lock's value, as [`inspect`](Mutex::inspect) and `redmutex status`
+    /// show the holder's ([`LockState::fingerprint`](crate::LockState::fingerprint)): the first
+    /// 12 hex digits of the value's SHA-1. Safe to log, unlike the value; a process that logs its
+    /// own links what `status` shows to itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let mutex = redlock.new_mutex("job:fingerprinted");
+    /// let lock = mutex.lock().await?;
+    /// let state = mutex.inspect().await?;
+    /// assert_eq!(state.fingerprint(), Some(lock.fingerprint().as_str()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fingerprint(&self) -> String {
+        crate::engine::value::fingerprint(self.value())
+    }
+
+    /// The members that did not hold this lock at its last successful acquire or extension, with
+    /// why: down, too slow, refusing (a wrong password, a missing permission), or holding
+    /// something else. Empty when every member holds it. A lock held by a bare quorum is one
+    /// failure from being lost: an application can warn about it, as `redmutex run` does.
+    ///
+    /// Members not awaited under [`with_fail_fast`](Mutex::with_fail_fast) are not listed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(2);
+    /// # let mut urls = cluster.urls();
+    /// # urls.push("redis://127.0.0.1:1/".to_owned());
+    /// // Two members up, one where nothing listens.
+    /// let redlock = redmutex::Redlock::connect(urls).await?;
+    /// let lock = redlock.new_mutex("job:degraded").lock().await?;
+    /// let failing = lock.failing_nodes();
+    /// assert_eq!(failing.len(), 1);
+    /// println!("{}", failing[0]); // redis://127.0.0.1:1/: Connection refused ...
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn failing_nodes(&self) -> Vec<NodeError> {
+        self.held.failing()
+    }
+
+    /// Lets go of the lock without releasing it: the nodes keep it until it expires, so nobody
+    /// takes it before, and no handle of it sends a release when dropped (an explicit
+    /// [`unlock`](Lock::unlock) of a clone still releases it). For a lock that must stay taken
+    /// for a while after the work is done, without anyone renewing it: a cron job that runs on
+    /// several hosts whose clocks are a second apart, and must run once per period however short
+    /// it is, leaves its lock (taken with an expiry of at least the period's slack) instead of
+    /// releasing it.
+    ///
+    /// The key expires on each node an expiry after the last extension that reached it (at the
+    /// latest); [`valid_until`](Lock::valid_until) is when this process may no longer count on
+    /// it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// use redmutex::Error;
+    /// use std::time::Duration;
+    ///
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    ///
+    /// let mutex = redlock.new_mutex("cron:hourly").with_expiry(Duration::from_secs(60));
+    /// let lock = mutex.lock().await?;
+    /// // ... the job, done in 200 ms ...
+    /// lock.leave();
+    /// // Another host whose cron fires a second later finds it taken.
+    /// assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn leave(self) {
+        self.held.leave();
     }
 
     /// The fencing token of this acquisition: `Some` when the mutex has

@@ -36,6 +36,7 @@ pub(crate) mod semaphore;
 
 use crate::engine::target::WAITERS_SUFFIX;
 use crate::error::Error;
+use crate::nodes::hash_tag::slot_prefix;
 use crate::nodes::script::{self, Script};
 use crate::nodes::version::Needs;
 use crate::waiting::fair::scripts as fair;
@@ -44,8 +45,11 @@ use crate::waiting::fair::scripts as fair;
 /// `{x}:fence` (the fencing counter), `{x}:readers` and `{x}:writer-waiting` (a read-write lock's
 /// readers and a waiting writer's mark), `{x}:line`, `{x}:line:until` and `{x}:ticket` (the fair
 /// line), `{x}:leader` (an election's record), and `x:waiters` (`{x}:waiters` on a cluster: the
-/// waiters' mark, see `engine::target::waiters_key`). No name may end in one, so that no name is
-/// ever another name's auxiliary key (nor one the previous layout kept at `x:fence`, ...).
+/// waiters' mark, see `engine::target::waiters_key`). No name may be another name's auxiliary key:
+/// a name ending in one of them is refused when the rest of it is a slot prefix (`{x}:fence`,
+/// `{user:1}:cart::leader`), and always for `:waiters`, which a standalone server keeps as the
+/// name followed by it, and `:fence`, where fenced locks still read the previous layout's counter
+/// (`mutex::legacy_counter_key`). `app:leader` is none of these, and is a name like any other.
 const RESERVED_SUFFIXES: [&[&str]; 5] = [
     mutex::SUFFIXES,
     rwlock::SUFFIXES,
@@ -92,27 +96,43 @@ pub(crate) const SCRIPTS: &[Script] =
     &script::concat::<{ script::count(SCRIPT_LISTS) }>(SCRIPT_LISTS);
 
 /// Every reserved suffix, in the order error messages list them.
-fn reserved_suffixes() -> impl Iterator<Item = &'static str> {
+pub(crate) fn reserved_suffixes() -> impl Iterator<Item = &'static str> {
     RESERVED_SUFFIXES.into_iter().flatten().copied()
 }
 
-/// Checks a name of a primitive: not empty, and not ending in a reserved suffix. `field` names it
-/// in the error.
+/// Checks a name of a primitive: not empty, and not a key redmutex keeps beside another name
+/// (see [`RESERVED_SUFFIXES`]). `field` names it in the error.
 pub(crate) fn check_name(name: &str, field: impl Fn() -> String) -> Result<(), Error> {
     if name.is_empty() {
         return Err(Error::config(field(), "must not be empty"));
     }
-    if let Some(suffix) = reserved_suffixes().find(|s| name.ends_with(*s)) {
+    let after_any_name = [WAITERS_SUFFIX, mutex::SUFFIXES[0]];
+    let collides = |suffix: &&str| {
+        name.strip_suffix(*suffix)
+            .is_some_and(|rest| after_any_name.contains(suffix) || is_slot_prefix(rest))
+    };
+    if let Some(suffix) = reserved_suffixes().find(collides) {
         return Err(Error::config(
             field(),
             format!(
-                "must not end in `{suffix}`: redmutex keeps `<name>{suffix}` beside \
-                 the key of a name (reserved suffixes: {})",
+                "is a key redmutex keeps beside another name: it must not be a name's slot \
+                 prefix followed by `{suffix}`, as in `{{x}}{suffix}` (reserved suffixes: {}; \
+                 `:waiters` and `:fence` after any name)",
                 reserved_suffixes().collect::<Vec<_>>().join(", ")
             ),
         ));
     }
     Ok(())
+}
+
+/// Whether `text` is some name's slot prefix (see `nodes::hash_tag::slot_prefix`): `{x}` for the
+/// name `x`, or `{user:1}:cart:` for `{user:1}:cart`.
+fn is_slot_prefix(text: &str) -> bool {
+    let name = text
+        .strip_prefix('{')
+        .and_then(|rest| rest.strip_suffix('}'))
+        .or_else(|| text.strip_suffix(':'));
+    name.is_some_and(|name| slot_prefix(name).as_deref() == Some(text))
 }
 
 /// The words of a command, for tests that check what a target sends.
@@ -273,13 +293,20 @@ mod tests {
         assert_eq!(field(&multi(&[])), "names");
         assert_eq!(field(&multi(&["a", ""])), "names[1]");
         for suffix in reserved_suffixes() {
-            let name: Arc<str> = format!("x{suffix}").into();
-            assert_eq!(field(&MutexTarget::new(Arc::clone(&name))), "name");
-            assert_eq!(field(&ReadTarget::new(Arc::clone(&name))), "name");
-            assert_eq!(field(&multi(&["a", &name])), "names[1]");
+            for name in [format!("{{x}}{suffix}"), format!("{{u:1}}:cart:{suffix}")] {
+                let name: Arc<str> = name.into();
+                assert_eq!(field(&MutexTarget::new(Arc::clone(&name))), "name");
+                assert_eq!(field(&ReadTarget::new(Arc::clone(&name))), "name");
+                assert_eq!(field(&multi(&["a", &name])), "names[1]");
+            }
+            // A name that is no slot prefix followed by the suffix is no other name's key.
+            let plain = format!("app{suffix}");
+            let ok = MutexTarget::new(plain.as_str().into()).check().is_ok();
+            assert_eq!(ok, ![WAITERS_SUFFIX, ":fence"].contains(&suffix), "{plain}");
         }
         // Only the suffix is reserved.
         assert!(MutexTarget::new("fence:readers:x".into()).check().is_ok());
+        assert!(MutexTarget::new("{x}y:leader".into()).check().is_ok());
         assert_eq!(multi(&[]).first().len(), 0, "no panic without names");
     }
 

@@ -442,3 +442,27 @@ async fn a_cluster_members_password_is_never_shown() {
         assert!(!shown.contains("hunter2"), "{shown}");
     }
 }
+
+/// A cluster member given by several seed nodes (`url|url`) works while one seed is down: the
+/// cluster client learns the cluster from another.
+#[tokio::test]
+async fn a_member_given_by_several_seeds_outlives_a_dead_seed() {
+    let standalone = Cluster::start(2);
+    let cluster = RedisCluster::start(3, 0);
+    let seeds = format!("redis://127.0.0.1:1/|{}", cluster.urls()[1]);
+    let mut urls = standalone.urls();
+    urls.push(seeds);
+    let redlock = Redlock::connect(&urls).await.expect("URLs parse");
+    assert_eq!(redlock.len(), 3);
+    let lock = redlock
+        .new_mutex("seeds:job")
+        .lock()
+        .await
+        .expect("every member answers");
+    assert!(
+        lock.failing_nodes().is_empty(),
+        "{:?}",
+        lock.failing_nodes()
+    );
+    lock.unlock().await.expect("unlock");
+}

@@ -128,7 +128,8 @@ async fn bad_names_of_every_primitive_fail_before_any_io() {
         ":leader",
     ];
     for suffix in suffixes {
-        let aux = format!("prices{suffix}");
+        // The key redmutex keeps beside `prices`.
+        let aux = format!("{{prices}}{suffix}");
         assert_eq!(field(redlock.new_mutex(aux.as_str()).lock().await), "name");
         assert_eq!(
             field(redlock.new_mutex(aux.as_str()).with_fair(true).lock().await),
@@ -868,4 +869,113 @@ async fn extreme_settings_never_panic_on_our_threads() {
         "{} of {count} scenarios panicked: {panicked:#?}\npanics: {panics:#?}",
         panicked.len()
     );
+}
+
+fn config_error(result: Result<impl std::fmt::Debug, Error>) -> (String, String) {
+    match result {
+        Err(Error::Config { field, rule }) => (field, rule),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+/// One server listed twice would count twice towards every quorum (and a run waiting for its own
+/// lock would wait on itself): refused at once, naming both entries, counted from 1.
+#[tokio::test]
+async fn two_members_reaching_one_server_are_refused() {
+    let secret = "correct-horse-battery-staple";
+    let port = 6390;
+    let urls = [
+        format!("redis://:{secret}@127.0.0.1:{port}/0"),
+        "redis://127.0.0.1:6391".to_owned(),
+        format!("REDIS://127.0.0.1:{port}/1"),
+    ];
+    let (field, rule) = config_error(Redlock::connect(&urls).await);
+    assert_eq!(field, "urls");
+    assert!(
+        rule.contains(&format!("entry 1 (redis://***@127.0.0.1:{port}/0)"))
+            && rule.contains(&format!("entry 3 (REDIS://127.0.0.1:{port}/1)"))
+            && rule.contains("same server"),
+        "{rule}"
+    );
+    assert!(!rule.contains(secret), "{rule}");
+
+    let clients = [6392, 6393, 6392]
+        .map(|port| redis::Client::open(format!("redis://localhost:{port}/")).expect("a URL"));
+    let (field, rule) = config_error(Redlock::from_clients(clients).await);
+    assert_eq!(field, "clients");
+    assert!(
+        rule.contains("entry 1") && rule.contains("entry 3"),
+        "{rule}"
+    );
+}
+
+#[tokio::test]
+async fn a_url_without_a_scheme_is_named_as_given_with_the_form_to_use() {
+    let (field, rule) =
+        config_error(Redlock::connect(["redis://127.0.0.1:1/", "127.0.0.1:7101"]).await);
+    assert_eq!(field, "urls[1]");
+    assert!(
+        rule.contains("entry 2 (127.0.0.1:7101)") && rule.contains("redis://host:port"),
+        "{rule}"
+    );
+}
+
+#[tokio::test]
+async fn no_quorum_names_members_by_address_without_passwords() {
+    let secret = "correct-horse-battery-staple";
+    let urls = [
+        "redis://127.0.0.1:1/".to_owned(),
+        format!("redis://:{secret}@127.0.0.1:2/"),
+    ];
+    let redlock = Redlock::connect(&urls).await.expect("URLs parse");
+    let error = redlock
+        .new_mutex("config:named")
+        .with_expiry(Duration::from_secs(2))
+        .try_lock()
+        .await
+        .expect_err("nothing is listening");
+    let message = error.to_string();
+    assert!(
+        message.contains("redis://127.0.0.1:1/: ")
+            && message.contains("redis://***@127.0.0.1:2/: "),
+        "{message}"
+    );
+    assert!(
+        !message.contains("node 0") && !message.contains(secret),
+        "{message}"
+    );
+}
+
+/// A name that only ends like a key redmutex keeps, but is no other name's (`app:leader`), works
+/// for every primitive; the waiters' mark (`<name>:waiters` on a standalone server) and the
+/// previous layout's counter (`<name>:fence`, still read) stay reserved.
+#[tokio::test]
+async fn natural_names_ending_in_a_suffix_work() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let leadership = redlock
+        .new_election("app:leader")
+        .campaign("a")
+        .await
+        .expect("app:leader is a name like any other");
+    leadership.resign().await.expect("resign");
+    for name in ["app:leader", "app:readers", "app:line:until", "app:ticket"] {
+        let lock = redlock
+            .new_mutex(name)
+            .with_fencing(true)
+            .lock()
+            .await
+            .expect(name);
+        lock.unlock().await.expect(name);
+        redlock
+            .new_rwlock(name)
+            .read()
+            .await
+            .expect(name)
+            .unlock()
+            .await
+            .expect(name);
+    }
+    assert_eq!(field(redlock.new_mutex("app:waiters").lock().await), "name");
+    assert_eq!(field(redlock.new_mutex("app:fence").lock().await), "name");
 }

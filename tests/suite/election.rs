@@ -334,7 +334,7 @@ async fn bad_settings_are_config_errors_before_any_io() {
         ),
         (
             redlock
-                .new_election("x:leader")
+                .new_election("{x}:leader")
                 .campaign("a")
                 .await
                 .map(drop),

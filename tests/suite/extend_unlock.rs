@@ -634,3 +634,37 @@ mod after_expiry {
         }
     }
 }
+
+/// A lock left to expire is not released when its handles are dropped; an explicit unlock of a
+/// clone still releases it.
+#[tokio::test]
+async fn a_left_lock_stays_until_it_expires() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let mutex = redlock
+        .new_mutex("leave:stays")
+        .with_expiry(Duration::from_secs(30));
+    let lock = mutex.lock().await.expect("lock");
+    let clone = lock.clone();
+    lock.leave();
+    drop(clone);
+    // A dropped handle releases in a background task: give one the chance to run.
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(present(&cluster, "leave:stays").len(), 3);
+    assert!(cluster.node(0).pttl("leave:stays") > 20_000);
+    assert!(matches!(mutex.try_lock().await, Err(Error::Taken { .. })));
+
+    let lock = redlock
+        .new_mutex("leave:unlocked")
+        .lock()
+        .await
+        .expect("lock");
+    let clone = lock.clone();
+    lock.leave();
+    clone
+        .unlock()
+        .await
+        .expect("an explicit unlock still releases");
+    assert!(present(&cluster, "leave:unlocked").is_empty());
+}

@@ -234,3 +234,37 @@ async fn only_the_node_timeout_bounds_a_call() {
     );
     cluster.node(1).resume();
 }
+
+/// A lock says which members it does not hold on, by address and why, and forgets a member
+/// once an extension finds it back.
+#[tokio::test]
+async fn a_lock_names_the_members_it_is_not_held_on() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    cluster.node(1).kill();
+    let lock = quick(&redlock, "faults:failing")
+        .lock()
+        .await
+        .expect("2 of 3");
+    let failing = lock.failing_nodes();
+    assert_eq!(failing.len(), 1, "{failing:?}");
+    assert_eq!(failing[0].node, 1);
+    assert_eq!(
+        failing[0].address.as_deref(),
+        Some(cluster.node(1).url().as_str())
+    );
+    assert!(
+        matches!(failing[0].kind, NodeErrorKind::Redis(_)),
+        "{failing:?}"
+    );
+    cluster.node(1).restart();
+    // Once the connection is made again, an extension sets the key again there (a repair
+    // counts as a failure once); the next finds our value on every member.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !lock.failing_nodes().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", lock.failing_nodes());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        lock.extend().await.expect("extend");
+    }
+    lock.unlock().await.expect("unlock");
+}

@@ -12,6 +12,8 @@ use crate::support::{AHEAD, client, contended};
 
 /// A URL where nothing listens: a node this client cannot reach (one side of a partition).
 const UNREACHABLE: &str = "redis://127.0.0.1:1/";
+/// Another: two members may not name one address.
+const UNREACHABLE_TOO: &str = "redis://127.0.0.1:2/";
 
 fn counter(cluster: &Cluster, node: usize, name: &str) -> u64 {
     cluster
@@ -59,8 +61,8 @@ async fn tokens_increase_from_holder_to_holder() {
 async fn an_inflated_counter_never_yields_a_smaller_later_token() {
     let cluster = Cluster::start(5);
     let urls = cluster.urls();
-    let a = [&urls[0], &urls[1], &urls[2], UNREACHABLE, UNREACHABLE];
-    let b = [UNREACHABLE, UNREACHABLE, &urls[2], &urls[3], &urls[4]];
+    let a = [&urls[0], &urls[1], &urls[2], UNREACHABLE, UNREACHABLE_TOO];
+    let b = [UNREACHABLE, UNREACHABLE_TOO, &urls[2], &urls[3], &urls[4]];
     let a = Redlock::connect(a.iter().map(|u| u.to_string()))
         .await
         .expect("URLs parse");

@@ -582,3 +582,33 @@ async fn rwlock_force_unlock_frees_a_writer_and_readers() {
     let writer = rwlock.try_write().await.unwrap();
     writer.unlock().await.unwrap();
 }
+
+/// A purge takes nothing from a holder: readers or a semaphore's holders refuse it as a lock
+/// does, on every node; once free, the keys kept beside the name go.
+#[tokio::test]
+async fn purge_refuses_while_readers_or_permits_hold() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let reader = redlock.new_rwlock("purge:rw").read().await.expect("read");
+    let purge = redlock.new_mutex("purge:rw");
+    match purge.purge().await {
+        Err(Error::Taken { nodes }) => assert_eq!(nodes, [0, 1, 2]),
+        other => panic!("expected the readers to refuse it, got {other:?}"),
+    }
+    reader.unlock().await.expect("unlock");
+    purge.purge().await.expect("free now");
+    let permit = redlock
+        .new_semaphore("purge:sem", 2)
+        .acquire()
+        .await
+        .expect("permit");
+    assert!(matches!(
+        redlock.new_mutex("purge:sem").purge().await,
+        Err(Error::Taken { .. })
+    ));
+    permit.unlock().await.expect("unlock");
+    assert_eq!(
+        redlock.new_mutex("purge:sem").purge().await.expect("free"),
+        0
+    );
+}

@@ -8,7 +8,7 @@ use redmutex_testenv::Cluster;
 
 use crate::support::{client, holders, present, within};
 
-const EXPIRY: Duration = Duration::from_millis(600);
+const EXPIRY: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn keeps_a_lock_alive_across_five_expiries() {

@@ -13,6 +13,8 @@ use crate::support::{client, contended, present};
 
 /// A URL where nothing listens: a node this client cannot reach (one side of a partition).
 const UNREACHABLE: &str = "redis://127.0.0.1:1/";
+/// Another: two members may not name one address.
+const UNREACHABLE_TOO: &str = "redis://127.0.0.1:2/";
 
 #[test]
 fn the_checker_finds_overlaps_and_only_those() {
@@ -36,8 +38,8 @@ fn the_checker_finds_overlaps_and_only_those() {
 /// Client A sees nodes 0, 1, 2; client B sees nodes 2, 3, 4. Node 2 is the only one they share.
 async fn one_sided_partition(cluster: &Cluster) -> (Redlock, Redlock) {
     let urls = cluster.urls();
-    let a = [&urls[0], &urls[1], &urls[2], UNREACHABLE, UNREACHABLE];
-    let b = [UNREACHABLE, UNREACHABLE, &urls[2], &urls[3], &urls[4]];
+    let a = [&urls[0], &urls[1], &urls[2], UNREACHABLE, UNREACHABLE_TOO];
+    let b = [UNREACHABLE, UNREACHABLE_TOO, &urls[2], &urls[3], &urls[4]];
     let a = Redlock::connect(a.iter().map(|u| u.to_string()))
         .await
         .expect("URLs parse");

@@ -121,7 +121,10 @@ async fn old_nodes_that_leave_no_quorum_refuse_at_once_naming_the_version() {
     assert_eq!(refused.len(), 2, "{refused:?}");
     assert_eq!(
         refused[0].to_string(),
-        "node 0: read-write locks need Redis 7.0 or later; this node runs Redis 6.2.14"
+        format!(
+            "{}: read-write locks need Redis 7.0 or later; this node runs Redis 6.2.14",
+            cluster.node(0).url()
+        )
     );
     assert_eq!(
         too_old(&refused[1]),
@@ -277,8 +280,11 @@ async fn without_info_a_script_tells_7_0_from_older() {
     );
     assert_eq!(
         refused[0].to_string(),
-        "node 1: read-write locks need Redis 7.0 or later; this node runs Redis older than 7.0 \
-         (INFO refused; scripts see no version)"
+        format!(
+            "redis://***@127.0.0.1:{}/: read-write locks need Redis 7.0 or later; this node runs \
+             Redis older than 7.0 (INFO refused; scripts see no version)",
+            cluster.node(1).port()
+        )
     );
     assert_eq!(cluster.node(1).calls("evalsha"), 0);
     assert_eq!(cluster.node(1).calls("eval"), 1, "the version script only");

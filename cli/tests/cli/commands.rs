@@ -262,7 +262,9 @@ fn doctor_names_each_nodes_version_and_what_it_cannot_run() {
 fn doctor_fails_the_same_server_listed_twice() {
     let cluster = Cluster::start(2);
     let urls = cluster.urls();
-    let nodes = format!("{},{},{}", urls[0], urls[1], urls[0]);
+    // The same server under a second name (one address twice is refused before any check).
+    let alias = urls[0].replace("127.0.0.1", "localhost");
+    let nodes = format!("{},{},{}", urls[0], urls[1], alias);
     let ran = run(redmutex_with_nodes(&nodes), &["doctor"]);
     assert_eq!(ran.code, Some(1), "{ran:?}");
     let row = row(&ran.stdout, 2, "distinct");
@@ -441,19 +443,21 @@ fn bad_input_is_a_clear_usage_error() {
 }
 
 #[test]
-fn a_wrong_password_never_shows_and_reads_as_unreachable() {
+fn a_wrong_password_never_shows_and_reads_as_refused() {
     let cluster = Cluster::start(1);
     let url = cluster
         .node(0)
         .url()
         .replace("redis://", "redis://:hunter2@");
+    // A password the node does not expect (it has none) is refused as a wrong one is (issue 38:
+    // exit 77, EX_NOPERM, where it was 69 and 1).
     let ran = run(redmutex_with_nodes(&url), &["status", "x"]);
-    assert_eq!(ran.code, Some(69), "{ran:?}");
+    assert_eq!(ran.code, Some(77), "{ran:?}");
     assert!(!ran.all().contains("hunter2"), "{ran:?}");
     let ran = run(redmutex_with_nodes(&url), &["doctor"]);
-    assert_eq!(ran.code, Some(1), "{ran:?}");
+    assert_eq!(ran.code, Some(77), "{ran:?}");
     assert!(
-        row(&ran.stdout, 0, "reachable").contains(" fail "),
+        row(&ran.stdout, 0, "reachable").contains(" fail    authentication refused"),
         "{ran:?}"
     );
     assert!(ran.stdout.contains("redis://***@127.0.0.1"), "{ran:?}");

@@ -5,6 +5,7 @@
 mod support;
 
 mod commands;
+mod degraded;
 mod elect;
 mod enforce;
 mod run;

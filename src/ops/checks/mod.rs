@@ -92,6 +92,10 @@ pub struct CheckReport {
     quorum: usize,
     nodes: usize,
     checks: Vec<NodeCheck>,
+    /// Nodes that refused the credentials (their `reachable` check fails).
+    refused_authentication: usize,
+    /// Each node's PING round trip, `None` where it did not answer.
+    round_trips: Vec<Option<Duration>>,
 }
 
 /// One check of one node.
@@ -290,6 +294,54 @@ impl CheckReport {
                     .all(|c| c.node != node || c.status != CheckStatus::Fail)
             })
             .count()
+    }
+
+    /// How many nodes refused this client's credentials (`NOAUTH`, `WRONGPASS`: see
+    /// [`NodeErrorKind::is_authentication_refusal`](crate::NodeErrorKind::is_authentication_refusal));
+    /// their `reachable` check fails and says so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let report = redlock.checkup().run().await;
+    /// assert_eq!(report.refused_authentication(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn refused_authentication(&self) -> usize {
+        self.refused_authentication
+    }
+
+    /// Each node's round trip (its PING's), in node order; `None` for a node that did not answer.
+    ///
+    /// With nodes at very different distances, a lock waits for the farthest by default, while
+    /// [`with_fail_fast(true)`](crate::Mutex::with_fail_fast) returns once a quorum decided: the
+    /// `quorum()`-th shortest round trip, not the longest.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let report = redlock.checkup().run().await;
+    /// let mut round_trips: Vec<_> = report.round_trips().iter().flatten().copied().collect();
+    /// round_trips.sort();
+    /// let quorum_waits = round_trips[report.quorum() - 1];
+    /// let default_waits = round_trips[round_trips.len() - 1];
+    /// assert!(quorum_waits <= default_waits);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn round_trips(&self) -> &[Option<Duration>] {
+        &self.round_trips
     }
 
     /// How many nodes a lock needs: `nodes / 2 + 1`.

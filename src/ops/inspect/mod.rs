@@ -4,6 +4,7 @@
 //! the nodes' answers as a quorum sees them, and this file asks the nodes, for every primitive.
 
 mod answer;
+mod purge;
 mod state;
 
 use redis::Value;
@@ -32,7 +33,7 @@ pub(crate) const INSPECT: Script = lua!("ops/inspect/inspect.lua");
 pub(crate) const FORCE_RELEASE: Script = lua!("ops/inspect/force_release.lua");
 
 /// The operator's scripts, which every node loads.
-pub(crate) const SCRIPTS: &[Script] = &[INSPECT, FORCE_RELEASE];
+pub(crate) const SCRIPTS: &[Script] = &[INSPECT, FORCE_RELEASE, purge::PURGE];
 
 /// The keys an inspection or a forced release looks at for `name`: the name, its readers and its
 /// writer's mark; `None` for the last two where the name has no keys beside it (a `}` and no hash
@@ -128,7 +129,10 @@ async fn force(mutex: &Mutex) -> Result<usize, Error> {
         match answer {
             Ok(true) => deleted += 1,
             Ok(false) => {}
-            Err(kind) => failures.push(NodeError { node, kind }),
+            Err(kind) => failures.push(NodeError {
+                address: crate::nodes::address(nodes, node),
+                ..NodeError::new(node, kind)
+            }),
         }
     }
     tracing::debug!(name, deleted, total, "forced release");

@@ -243,8 +243,8 @@ impl LockState {
                 .iter()
                 .filter_map(|n| match &n.answer {
                     NodeAnswer::Failed(kind) => Some(NodeError {
-                        node: n.node,
-                        kind: kind.clone(),
+                        address: n.address.clone(),
+                        ..NodeError::new(n.node, kind.clone())
                     }),
                     _ => None,
                 })

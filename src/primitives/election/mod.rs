@@ -11,7 +11,7 @@ use futures::Stream;
 #[cfg(doc)]
 use crate::Redlock;
 use crate::engine::quorum::quorum;
-use crate::error::Error;
+use crate::error::{Error, NodeError};
 use crate::nodes::Node;
 use crate::nodes::probe::{each_node, eval};
 use crate::primitives::keep_alive::{KeepAlive, KeepAliveEnd};
@@ -284,6 +284,33 @@ impl Election {
         self
     }
 
+    /// Returns from a campaign or a renewal as soon as its outcome is decided, without waiting
+    /// for the farthest members. See [`Mutex::with_fail_fast`].
+    ///
+    /// # Default
+    ///
+    /// `false`: every member's reply is awaited (up to the node timeout).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let election = redlock.new_election("cron").with_fail_fast(true);
+    /// let leadership = election.campaign("host-a").await?;
+    /// assert_eq!(leadership.identity(), "host-a");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_fail_fast(mut self, fail_fast: bool) -> Self {
+        self.mutex = self.mutex.with_fail_fast(fail_fast);
+        self
+    }
+
     /// The election's name: the key of its lock on every node.
     ///
     /// # Examples
@@ -450,7 +477,8 @@ impl Election {
             read_seen(eval(&mut connection, &READ_LEADER, keys, &[]).await?)
         })
         .await;
-        let leader = judge(answers, quorum(nodes.len()), started.elapsed())?;
+        let leader = judge(answers, quorum(nodes.len()), started.elapsed())
+            .map_err(|error| error.name_nodes(&|node| crate::nodes::address(nodes, node)))?;
         Ok(leader.map(|(epoch, identity, time_left)| LeaderInfo {
             identity,
             epoch,
@@ -667,6 +695,47 @@ impl Leadership {
     /// ```
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// The fingerprint of this term's lock value, as `redmutex status` shows the holder's (see
+    /// [`Lock::fingerprint`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("e").campaign("a").await?;
+    /// let state = redlock.new_mutex("e").inspect().await?;
+    /// assert_eq!(state.fingerprint(), Some(leadership.fingerprint().as_str()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fingerprint(&self) -> String {
+        self.lock.fingerprint()
+    }
+
+    /// The members that did not hold this term's lease at its last successful campaign or
+    /// renewal, with why (see [`Lock::failing_nodes`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redmutex::Error> {
+    /// // Local test nodes (redmutex-testenv); production code passes its own URLs.
+    /// let cluster = redmutex_testenv::Cluster::start(3);
+    /// let redlock = redmutex::Redlock::connect(cluster.urls()).await?;
+    /// let leadership = redlock.new_election("e").campaign("a").await?;
+    /// assert!(leadership.failing_nodes().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn failing_nodes(&self) -> Vec<NodeError> {
+        self.lock.failing_nodes()
     }
 
     /// The identity this leader campaigned with.

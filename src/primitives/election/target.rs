@@ -187,14 +187,8 @@ pub(crate) fn judge(
                 .entry((seen.epoch, &seen.identity))
                 .or_default()
                 .push(seen.left),
-            Ok(None) => failures.push(NodeError {
-                node,
-                kind: NodeErrorKind::Missing,
-            }),
-            Err(kind) => failures.push(NodeError {
-                node,
-                kind: kind.clone(),
-            }),
+            Ok(None) => failures.push(NodeError::new(node, NodeErrorKind::Missing)),
+            Err(kind) => failures.push(NodeError::new(node, kind.clone())),
         }
     }
     let unanswered = answers.iter().filter(|a| a.is_err()).count();

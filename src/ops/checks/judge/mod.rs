@@ -163,7 +163,17 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
                 pass(format!("PONG in {:.1} ms", rtt.as_secs_f64() * 1000.0)),
             ),
             Err(error) => {
-                row(CheckKind::Reachable, fail(format!("no PONG: {error}")));
+                let (reason, skipped) = if error.is_authentication_refusal() {
+                    let reason = format!(
+                        "authentication refused: {error}: check the user and password in the \
+                         node's URL"
+                    );
+                    (reason, "not checked: the node refused the credentials")
+                } else {
+                    let reason = format!("no PONG: {error}");
+                    (reason, "not checked: the node is unreachable")
+                };
+                row(CheckKind::Reachable, fail(reason));
                 for kind in [
                     CheckKind::Distinct,
                     CheckKind::Independent,
@@ -172,8 +182,7 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
                     CheckKind::Permissions,
                     CheckKind::Version,
                 ] {
-                    let reason = "not checked: the node is unreachable".to_owned();
-                    row(kind, (CheckStatus::Skip, reason));
+                    row(kind, (CheckStatus::Skip, skipped.to_owned()));
                 }
                 continue;
             }
@@ -257,10 +266,23 @@ pub(super) fn judge(facts: &[Facts], addresses: Vec<Option<String>>) -> CheckRep
         row(CheckKind::Permissions, permissions(&fact.round));
         row(CheckKind::Version, version(&fact.version));
     }
+    let refused_authentication = facts
+        .iter()
+        .filter(|f| {
+            f.ping
+                .as_ref()
+                .is_err_and(NodeErrorKind::is_authentication_refusal)
+        })
+        .count();
     CheckReport {
         quorum: quorum(facts.len()),
         nodes: facts.len(),
         checks,
+        refused_authentication,
+        round_trips: facts
+            .iter()
+            .map(|f| f.ping.as_ref().ok().copied())
+            .collect(),
     }
 }
 
