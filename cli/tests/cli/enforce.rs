@@ -100,11 +100,25 @@ impl Scenario {
             .spawn()
             .unwrap();
         self.first = Some(child);
-        eventually("both writers of the first COMMAND write", || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
             let lines = self.lines();
-            lines.iter().filter(|l| l.starts_with("A loop")).count() >= 3
-                && lines.iter().filter(|l| l.starts_with("A child")).count() >= 3
-        });
+            let written = |prefix: &str| lines.iter().filter(|l| l.starts_with(prefix)).count();
+            if written("A loop") >= 3 && written("A child") >= 3 {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let exited = self.first.as_mut().expect("started").try_wait().unwrap();
+                let stderr = std::fs::read_to_string(self.file("stderr-first")).unwrap_or_default();
+                panic!(
+                    "timed out waiting until both writers of the first COMMAND write: {} loop and \
+                     {} child lines; the first redmutex exited: {exited:?}; its stderr:\n{stderr}",
+                    written("A loop"),
+                    written("A child"),
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     fn first_pid(&self) -> Pid {
