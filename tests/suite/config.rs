@@ -228,12 +228,9 @@ async fn passwords_never_appear_in_errors_or_debug() {
 
     // A node that requires a password, reached with a wrong one.
     let cluster = Cluster::start(3);
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg("the-real-password")
-        .query(&mut cluster.node(0).connection())
-        .expect("CONFIG SET");
+    cluster
+        .node(0)
+        .config_set("requirepass", "the-real-password");
     let mut urls = cluster.urls();
     urls[0] = urls[0].replace("redis://", &format!("redis://:{secret}@"));
     let redlock = Redlock::connect(&urls).await.expect("URLs parse");

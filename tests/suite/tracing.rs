@@ -15,12 +15,7 @@ async fn operations_are_traced_without_secrets() {
     let cluster = Cluster::start(3);
     let password = "s3cret-for-tracing";
     for node in cluster.nodes() {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("requirepass")
-            .arg(password)
-            .query(&mut node.connection())
-            .expect("CONFIG SET");
+        node.config_set("requirepass", password);
     }
     let urls: Vec<String> = cluster
         .urls()

@@ -84,12 +84,7 @@ fn no_quorum_names_each_member_and_the_doctor() {
 /// Sets a password on every node of `cluster`.
 fn require_password(cluster: &Cluster, password: &str) {
     for node in cluster.nodes() {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("requirepass")
-            .arg(password)
-            .query(&mut node.connection())
-            .expect("CONFIG SET requirepass");
+        node.config_set("requirepass", password);
     }
 }
 
