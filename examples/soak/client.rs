@@ -144,43 +144,23 @@ impl Client {
                 .new_rwlock(name)
                 .with_expiry(EXPIRY)
                 .with_max_wait(MAX_WAIT);
-            let (what, kind, acquired) = match choice {
-                0 => (
-                    "mutex",
-                    Kind::Mutex,
-                    self.call("lock", bound, mutex.lock()).await,
-                ),
+            let (kind, acquired) = match choice {
+                0 => (Kind::Mutex, self.call("lock", bound, mutex.lock()).await),
                 1 => {
                     let mutex = mutex.with_fail_fast(true);
-                    (
-                        "fail-fast",
-                        Kind::Mutex,
-                        self.call("lock", bound, mutex.lock()).await,
-                    )
+                    (Kind::Mutex, self.call("lock", bound, mutex.lock()).await)
                 }
                 2 => {
                     let mutex = mutex.with_fencing(true);
-                    (
-                        "fenced",
-                        Kind::Mutex,
-                        self.call("lock", bound, mutex.lock()).await,
-                    )
+                    (Kind::Mutex, self.call("lock", bound, mutex.lock()).await)
                 }
                 3 => {
                     let mutex = mutex.with_fair(true);
-                    (
-                        "fair",
-                        Kind::Mutex,
-                        self.call("lock", bound, mutex.lock()).await,
-                    )
+                    (Kind::Mutex, self.call("lock", bound, mutex.lock()).await)
                 }
                 4 => {
                     let mutex = mutex.with_wake_on_release(true);
-                    (
-                        "wake",
-                        Kind::Mutex,
-                        self.call("lock", bound, mutex.lock()).await,
-                    )
+                    (Kind::Mutex, self.call("lock", bound, mutex.lock()).await)
                 }
                 5 => {
                     let other = NAMES[(NAMES.iter().position(|n| *n == name).unwrap_or(0)
@@ -191,21 +171,12 @@ impl Client {
                         .new_multi_mutex([name, other])
                         .with_expiry(EXPIRY)
                         .with_max_wait(MAX_WAIT);
-                    (
-                        "multi",
-                        Kind::Multi,
-                        self.call("lock", bound, multi.lock()).await,
-                    )
+                    (Kind::Multi, self.call("lock", bound, multi.lock()).await)
                 }
-                6 | 7 => (
-                    "read",
-                    Kind::Reader,
-                    self.call("read", bound, rwlock.read()).await,
-                ),
+                6 | 7 => (Kind::Reader, self.call("read", bound, rwlock.read()).await),
                 8 => {
                     let rwlock = rwlock.with_fencing(rng.random_bool(0.5));
                     (
-                        "write",
                         Kind::Writer,
                         self.call("write", bound, rwlock.write()).await,
                     )
@@ -217,20 +188,19 @@ impl Client {
                         .with_expiry(EXPIRY)
                         .with_max_wait(MAX_WAIT);
                     let acquired = self.call("acquire", bound, semaphore.acquire()).await;
-                    ("semaphore", Kind::Permit, acquired)
+                    (Kind::Permit, acquired)
                 }
             };
             let Ok(lock) = acquired else {
                 continue;
             };
             // Now and then a long hold, kept alive past the expiry.
-            let long = rng.random_range(0..8u32) == 0;
+            let long = rng.random_range(0..20u32) == 0;
             let hold = if long {
                 Duration::from_millis(rng.random_range(1500..3000))
             } else {
-                Duration::from_millis(rng.random_range(1..40))
+                Duration::from_millis(rng.random_range(1..20))
             };
-            let _ = what;
             self.hold(&holder, kind, lock, hold, long).await;
         }
     }

@@ -3,13 +3,14 @@
 //! CLOCK_MONOTONIC, and the merged history is checked at the end (see `checker.rs`).
 //!
 //! ```text
-//! cargo run --release --example soak -- --seconds 60 [--seed 42]
+//! cargo run --release --example soak -- --seconds 60 [--seed 42] [--keep]
 //! ```
 //!
 //! Three standalone nodes (and a fourth, never faulted, for the resources that check fencing
 //! tokens); three client processes, each through proxies of its own. The last line is
 //! `soak: <ops> operations, <violations> violations, <faults> faults, <seconds> s`, and the exit
-//! status is non-zero on any violation. The same seed replays the same faults in the same order
+//! status is non-zero on any violation. The histories are kept (their directory is printed) when
+//! there is a violation, or with `--keep`. The same seed replays the same faults in the same order
 //! (their effects depend on timing).
 
 mod checker;
@@ -71,8 +72,13 @@ fn client_process(args: &[String]) -> Result<(), BoxError> {
 fn soak(args: &[String]) -> Result<bool, BoxError> {
     let mut seconds = 60u64;
     let mut seed = rand::random::<u64>();
+    let mut keep = false;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
+        if arg == "--keep" {
+            keep = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{arg} needs a value"))?;
         match arg.as_str() {
             "--seconds" => seconds = value.parse()?,
@@ -145,7 +151,7 @@ fn soak(args: &[String]) -> Result<bool, BoxError> {
     println!("soak: faults by kind {counts:?}");
     println!("soak: violations by kind {by_kind:?}, clients that did not stop: {stuck}");
     let total = violations.len() + stuck;
-    if total == 0 {
+    if total == 0 && !keep {
         std::fs::remove_dir_all(&dir)?;
     } else {
         println!("soak: histories kept in {}", dir.display());
