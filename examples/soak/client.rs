@@ -81,9 +81,11 @@ pub async fn run(spec: Spec) -> Result<(), crate::BoxError> {
             }
         }));
     }
-    // A task stuck in a call past the deadline is not waited for: its call stays open in the
-    // history, and the checker judges it against the stop recorded here.
-    let grace = tokio::time::sleep(MAX_WAIT + SLACK + EXPIRY);
+    // A task stuck in a call past the deadline (and the grace a call may take) is not waited
+    // for: its call stays open in the history, and the checker judges it against the stop
+    // recorded here.
+    let left = Duration::from_nanos(spec.deadline.saturating_sub(monotonic()));
+    let grace = tokio::time::sleep(left + MAX_WAIT + SLACK + EXPIRY);
     let all = futures::future::join_all(tasks);
     tokio::select! {
         _ = all => {}

@@ -7,7 +7,9 @@
 //! ```
 //!
 //! Three standalone nodes (and a fourth, never faulted, for the resources that check fencing
-//! tokens); three client processes, each through proxies of its own. The last line is
+//! tokens); three client processes, each through proxies of its own. After the clients stop and
+//! every lock has expired, the nodes may keep only the documented counters and records
+//! (`leftovers.rs`); any other key counts as a violation. The last line is
 //! `soak: <ops> operations, <violations> violations, <faults> faults, <seconds> s`, and the exit
 //! status is non-zero on any violation. The histories are kept (their directory is printed) when
 //! there is a violation, or with `--keep`. The same seed replays the same faults in the same order
@@ -16,6 +18,7 @@
 mod checker;
 mod client;
 mod history;
+mod leftovers;
 mod nemesis;
 mod processes;
 mod record;
@@ -121,6 +124,13 @@ fn soak(args: &[String]) -> Result<bool, BoxError> {
         }
     }
 
+    // Nothing may stay but counters and records once every lock has expired.
+    std::thread::sleep(leftovers::quiet(client::EXPIRY));
+    let left = leftovers::find(&nodes);
+    for (node, key, ttl) in &left {
+        println!("leftover: node {node} keeps {key:?} (PTTL {ttl} ms)");
+    }
+
     let mut events: Vec<Event> = Vec::new();
     for entry in std::fs::read_dir(&dir)? {
         let path = entry?.path();
@@ -149,8 +159,11 @@ fn soak(args: &[String]) -> Result<bool, BoxError> {
             .len()
     );
     println!("soak: faults by kind {counts:?}");
-    println!("soak: violations by kind {by_kind:?}, clients that did not stop: {stuck}");
-    let total = violations.len() + stuck;
+    println!(
+        "soak: violations by kind {by_kind:?}, clients that did not stop: {stuck}, keys left: {}",
+        left.len()
+    );
+    let total = violations.len() + stuck + left.len();
     if total == 0 && !keep {
         std::fs::remove_dir_all(&dir)?;
     } else {
