@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -41,6 +41,14 @@ pub struct Spec {
     pub store: String,
     pub deadline: Nanos,
     pub seed: u64,
+}
+
+/// How a hold keeps its lock past the expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renew {
+    No,
+    KeepAlive,
+    Run,
 }
 
 struct Client {
@@ -196,20 +204,25 @@ impl Client {
             let Ok(lock) = acquired else {
                 continue;
             };
-            // Now and then a long hold, kept alive past the expiry.
+            // Now and then a long hold, renewed past the expiry (by a keep-alive, or by `run`).
             let long = rng.random_range(0..20u32) == 0;
             let hold = if long {
                 Duration::from_millis(rng.random_range(1500..3000))
             } else {
                 Duration::from_millis(rng.random_range(1..20))
             };
-            self.hold(&holder, kind, lock, hold, long).await;
+            let renew = match (long, rng.random_bool(0.5)) {
+                (false, _) => Renew::No,
+                (true, false) => Renew::KeepAlive,
+                (true, true) => Renew::Run,
+            };
+            self.hold(&holder, kind, lock, hold, renew).await;
         }
     }
 
-    /// Holds `lock` for `hold` (renewing it if `renew`), writing through the fenced resource when
-    /// it has a token, then unlocks.
-    async fn hold(&self, holder: &str, kind: Kind, lock: Lock, hold: Duration, renew: bool) {
+    /// Holds `lock` for `hold`, writing through the fenced resource when it has a token, then
+    /// unlocks; a long hold is renewed by a keep-alive, or is the work of `Lock::run`.
+    async fn hold(&self, holder: &str, kind: Kind, lock: Lock, hold: Duration, renew: Renew) {
         let id = self.id("s");
         let names: Vec<String> = lock.names().map(str::to_owned).collect();
         let permits = (kind == Kind::Permit).then_some(PERMITS);
@@ -223,34 +236,70 @@ impl Client {
             at: monotonic(),
             valid_until: self.clock.nanos(lock.valid_until()),
         });
-        let keep = renew.then(|| lock.keep_alive(EXPIRY / 4));
+        let exited = AtomicBool::new(false);
+        match renew {
+            Renew::No | Renew::KeepAlive => {
+                let keep = (renew == Renew::KeepAlive).then(|| lock.keep_alive(EXPIRY / 4));
+                let lost = || keep.as_ref().is_some_and(|k| k.end().is_some());
+                self.work(&id, &names[0], &lock, hold, lost, &exited).await;
+                drop(keep);
+                let _ = self.call("unlock", EXPIRY + SLACK, lock.unlock()).await;
+            }
+            Renew::Run => {
+                // `run` renews, drops the work once the lock is lost (before its validity
+                // ends), and unlocks when the work is done.
+                let work = self.work(&id, &names[0], &lock, hold, || false, &exited);
+                let bound = hold + EXPIRY + SLACK;
+                let _ = self.call("run", bound, lock.clone().run(work)).await;
+            }
+        }
+        if !exited.load(Ordering::Relaxed) {
+            // `run` dropped the work: its exit is recorded now, after the validity, and the
+            // checker counts the section until the validity.
+            self.recorder.record(&Event::Exit {
+                id,
+                at: monotonic(),
+            });
+        }
+    }
+
+    /// The critical section's work: a fenced write every 20 ms while the lock is valid and has a
+    /// token, and its validity recorded each time it moves; its exit is recorded as it ends.
+    async fn work(
+        &self,
+        id: &str,
+        name: &str,
+        lock: &Lock,
+        hold: Duration,
+        lost: impl Fn() -> bool,
+        exited: &AtomicBool,
+    ) {
         let start = Instant::now();
         let mut valid_until = lock.valid_until();
         loop {
             if let Some(token) = lock.token()
                 && Instant::now() < lock.valid_until()
             {
-                self.fenced_write(&id, &names[0], token).await;
+                self.fenced_write(id, name, token).await;
             }
             if lock.valid_until() > valid_until {
                 valid_until = lock.valid_until();
                 self.recorder.record(&Event::Extend {
-                    id: id.clone(),
+                    id: id.to_owned(),
                     valid_until: self.clock.nanos(valid_until),
                 });
             }
-            let lost = keep.as_ref().is_some_and(|k| k.end().is_some());
-            if start.elapsed() >= hold || lost || Instant::now() >= lock.valid_until() {
-                break;
+            if start.elapsed() >= hold || lost() || Instant::now() >= lock.valid_until() {
+                // Before the unlock: once it is sent, another holder may enter.
+                self.recorder.record(&Event::Exit {
+                    id: id.to_owned(),
+                    at: monotonic(),
+                });
+                exited.store(true, Ordering::Relaxed);
+                return;
             }
             tokio::time::sleep(Duration::from_millis(20).min(hold)).await;
         }
-        self.recorder.record(&Event::Exit {
-            id,
-            at: monotonic(),
-        });
-        drop(keep);
-        let _ = self.call("unlock", EXPIRY + SLACK, lock.unlock()).await;
     }
 
     async fn fenced_write(&self, section: &str, name: &str, token: u64) {
