@@ -1,0 +1,58 @@
+//! After the run and a quiet period, what redmutex left on the nodes: only the documented
+//! counters and records may stay (doc/keys.md); anything else is a leak.
+
+use std::time::Duration;
+
+/// Suffixes of the keys that stay by design: fencing counters, a fair line's ticket counter, an
+/// election's leader record.
+const KEPT: [&str; 3] = [":fence", ":ticket", ":leader"];
+
+/// Whether `key` may stay on a node after every holder and waiter is gone.
+pub fn may_stay(key: &str) -> bool {
+    KEPT.iter().any(|suffix| key.ends_with(suffix))
+}
+
+/// Every key of every node that may not stay, as `(node, key, its PTTL)`.
+pub fn find(nodes: &redmutex_testenv::Cluster) -> Vec<(usize, String, i64)> {
+    let mut found = Vec::new();
+    for (i, node) in nodes.nodes().iter().enumerate() {
+        let mut connection = node.connection();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut connection)
+            .expect("KEYS answers");
+        for key in keys.into_iter().filter(|key| !may_stay(key)) {
+            let ttl = node.pttl(&key);
+            found.push((i, key, ttl));
+        }
+    }
+    found
+}
+
+/// How long after the last client stopped every key of theirs has expired: the longest expiry,
+/// and the marks that outlive it (a waiting writer's lives at most an expiry), twice over.
+pub fn quiet(expiry: Duration) -> Duration {
+    expiry * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_counters_and_records_may_stay() {
+        for key in ["{a}:fence", "{a}:ticket", "{lead}:leader", "{lead}:fence"] {
+            assert!(may_stay(key), "{key}");
+        }
+        for key in [
+            "a",
+            "sem",
+            "{a}:readers",
+            "{a}:writer-waiting",
+            "{a}:line",
+            "a:waiters",
+        ] {
+            assert!(!may_stay(key), "{key}");
+        }
+    }
+}
