@@ -88,7 +88,12 @@ pub(crate) async fn attempt_once(
                     .get(f.node)
                     .is_some_and(|node| node.connection.member() == Member::Standalone)
         });
-    let failures = tally.failures.clone();
+    // Only a lock that holds keeps them (`Lock::failing_nodes`): a failed attempt clones nothing.
+    let failing = if tally.holds() {
+        tally.failing()
+    } else {
+        Vec::new()
+    };
     let judged = tally.judge_acquire(left);
     // Fail-fast leaves the calls still in flight running after success: the key lands on more
     // nodes (a bare quorum turns one node loss into two holders). After failure they are dropped,
@@ -111,8 +116,8 @@ pub(crate) async fn attempt_once(
                 deadline(start, left),
                 stragglers,
                 token,
+                failing,
             );
-            held.note_failing(&failures);
             Ok(held)
         }
         // The common failure under contention: no release to send.

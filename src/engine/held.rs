@@ -12,7 +12,7 @@ use crate::engine::request::{Delivery, Op, Request};
 use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
 use crate::engine::value::check_value;
-use crate::error::{Error, NodeError, NodeErrorKind};
+use crate::error::{Error, NodeError};
 use crate::nodes::Node;
 
 /// A lock held on a quorum of nodes. Dropped without a release, it releases in the background on
@@ -53,6 +53,7 @@ impl Held {
         valid_until: Instant,
         stragglers: Option<Stragglers>,
         token: Option<u64>,
+        failing: Vec<NodeError>,
     ) -> Held {
         let hold = Hold::start(&resource.labels());
         Held {
@@ -65,7 +66,7 @@ impl Held {
                 stragglers,
                 hold,
                 release_on: None,
-                failing: Vec::new(),
+                failing,
                 left: false,
             }),
             extending: tokio::sync::Mutex::new(()),
@@ -82,16 +83,6 @@ impl Held {
     #[cfg(feature = "blocking")]
     pub(crate) fn release_on(&self, runtime: tokio::runtime::Handle) {
         self.state().release_on = Some(runtime);
-    }
-
-    /// Notes the nodes that did not hold our value at the acquire or extend that just succeeded.
-    pub(crate) fn note_failing(&self, failures: &[NodeError]) {
-        let failing = failures
-            .iter()
-            .filter(|f| !matches!(f.kind, NodeErrorKind::NotAwaited))
-            .cloned()
-            .collect();
-        self.state().failing = failing;
     }
 
     /// See `Lock::leave`.
@@ -181,7 +172,11 @@ impl Held {
         let left = validity(plan.expiry, start.elapsed(), plan.drift_factor);
         let (ok, total) = (tally.ours, tally.total);
         let repaired = std::mem::take(&mut tally.repaired);
-        let failures = tally.failures.clone();
+        let failing = if tally.holds() {
+            tally.failing()
+        } else {
+            Vec::new()
+        };
         let judged = tally.judge_extend(left);
         match &judged {
             Ok(left) => tracing::debug!(
@@ -223,10 +218,7 @@ impl Held {
                 }
                 if let Ok(left) = &judged {
                     state.valid_until = deadline(start, *left);
-                    state.failing = failures
-                        .into_iter()
-                        .filter(|f| !matches!(f.kind, NodeErrorKind::NotAwaited))
-                        .collect();
+                    state.failing = failing;
                 }
                 false
             }

@@ -147,6 +147,22 @@ impl Tally {
         self.foreign.len() + self.missing >= self.blocking
     }
 
+    /// Whether an acquire or extend judged now succeeds (given validity left): a quorum holds our
+    /// value and not enough nodes hold another owner's to make it `Taken`.
+    pub(crate) fn holds(&self) -> bool {
+        self.has_quorum() && !self.foreign_blocks()
+    }
+
+    /// The nodes that did not hold our value, for a verdict that [`holds`](Tally::holds): the
+    /// failures but the calls it did not wait for (`Lock::failing_nodes`).
+    pub(crate) fn failing(&self) -> Vec<NodeError> {
+        self.failures
+            .iter()
+            .filter(|f| !matches!(f.kind, NodeErrorKind::NotAwaited))
+            .cloned()
+            .collect()
+    }
+
     fn no_quorum(self) -> Error {
         Error::NoQuorum {
             ok: self.ours,
@@ -166,10 +182,10 @@ impl Tally {
     ///
     /// `validity` is what is left after the attempt (see `quorum::validity`).
     pub(crate) fn judge_acquire(self, validity: Option<Duration>) -> Result<Duration, Error> {
-        if self.foreign_blocks() {
-            Err(self.taken())
-        } else if self.has_quorum() {
+        if self.holds() {
             validity.ok_or(Error::Expired)
+        } else if self.foreign_blocks() {
+            Err(self.taken())
         } else {
             Err(self.no_quorum())
         }
@@ -177,10 +193,10 @@ impl Tally {
 
     /// The outcome of an extend: like acquire, but a quorum of gone keys means the lock expired.
     pub(crate) fn judge_extend(self, validity: Option<Duration>) -> Result<Duration, Error> {
-        if self.foreign_blocks() {
-            Err(self.taken())
-        } else if self.has_quorum() {
+        if self.holds() {
             validity.ok_or(Error::Expired)
+        } else if self.foreign_blocks() {
+            Err(self.taken())
         } else if self.gone_blocks() {
             Err(Error::Expired)
         } else {

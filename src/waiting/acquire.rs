@@ -113,7 +113,14 @@ async fn attempts(
             waiting.acquired();
             metrics::handoff(metrics::Handoff::Fair);
             let value = Arc::clone(&guard.value);
-            return Ok(Held::new(resource.clone(), value, valid_until, None, None));
+            return Ok(Held::new(
+                resource.clone(),
+                value,
+                valid_until,
+                None,
+                None,
+                Vec::new(),
+            ));
         }
         if !confirmed || waiting.fresh_values() {
             // A release that timed out is still queued; should the connection be re-made, it

@@ -806,6 +806,7 @@ impl Mutex {
             Instant::now(),
             None,
             None,
+            Vec::new(),
         );
         Lock::new(held)
     }
