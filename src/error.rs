@@ -333,6 +333,23 @@ pub enum NodeErrorKind {
          (on by default; turned off here)"
     )]
     ClusterFeatureOff,
+    /// This member reaches the same Redis server as the earlier member `entry` (the same
+    /// `run_id`, learned when the connection was made), under another address: `localhost` and
+    /// `127.0.0.1`, a DNS name and its address, or two seeds of one Redis Cluster. Nothing is sent
+    /// to it, since that server would count twice towards every quorum; list each server once.
+    /// A [`refusal`](Self::is_refusal). Not checked where a node refuses `INFO`.
+    #[error(
+        "the same server as member {entry} ({address}, run_id {run_id}...): it would count twice \
+         towards the quorum; list each server once"
+    )]
+    SameServer {
+        /// The member that counts for the server, counted from 1 in the order given.
+        entry: usize,
+        /// Its address, without credentials.
+        address: String,
+        /// The first characters of the server's `run_id`.
+        run_id: String,
+    },
     /// [`with_replica_acks`](crate::Mutex::with_replica_acks): the member took the lock write
     /// (an acquire, an extension, a fencing raise), but fewer of the replicas of the master that
     /// holds the key than asked acknowledged it (`WAIT`) within WAIT's timeout, half the node
@@ -385,8 +402,9 @@ impl NodeErrorKind {
     /// key or channel of the script, the command is unknown there (disabled or renamed, e.g.
     /// scripting turned off), the node's Redis is too old for the primitive
     /// ([`TooOld`](Self::TooOld)), the names of a multi-name lock span slots of a cluster
-    /// ([`CrossSlot`](Self::CrossSlot)), or it runs Redis Cluster in a build without the
-    /// `cluster` feature ([`ClusterFeatureOff`](Self::ClusterFeatureOff)).
+    /// ([`CrossSlot`](Self::CrossSlot)), it runs Redis Cluster in a build without the
+    /// `cluster` feature ([`ClusterFeatureOff`](Self::ClusterFeatureOff)), or it is a server
+    /// another member already reaches ([`SameServer`](Self::SameServer)).
     ///
     /// `lock()` stops retrying when such refusals alone leave too few nodes for a quorum, and
     /// returns [`Error::NoQuorum`] with them at once. The connection to a node that refused its
@@ -406,7 +424,8 @@ impl NodeErrorKind {
             NodeErrorKind::Redis(error) => error,
             NodeErrorKind::TooOld { .. }
             | NodeErrorKind::CrossSlot
-            | NodeErrorKind::ClusterFeatureOff => return true,
+            | NodeErrorKind::ClusterFeatureOff
+            | NodeErrorKind::SameServer { .. } => return true,
             _ => return false,
         };
         if error.kind() == redis::ErrorKind::AuthenticationFailed {

@@ -11,6 +11,7 @@ use crate::nodes::connection::NodeConnection;
 use crate::nodes::member::{self, MemberClient};
 use crate::nodes::redact::{redact_entry, redact_url};
 use crate::nodes::script::{self, Script};
+use crate::nodes::servers::Servers;
 use crate::ops;
 use crate::ops::checks::Checkup;
 use crate::primitives;
@@ -91,6 +92,10 @@ impl Redlock {
     /// `tls` feature is off (the message names the feature), and when two URLs reach one server
     /// (the same host and port, whatever the scheme, database or credentials; names are not
     /// resolved): the message names both entries, counted from 1. It never contains a password.
+    /// Two names of one server (`localhost` and `127.0.0.1`, or two seeds of one Redis Cluster)
+    /// are found once connected, by the server's `run_id`: the member connected second gets no
+    /// lock request, and each call reports it as
+    /// [`NodeErrorKind::SameServer`](crate::NodeErrorKind::SameServer), a refusal.
     ///
     /// # Cancel safety
     ///
@@ -226,10 +231,17 @@ impl Redlock {
     fn with_clients(clients: Vec<(MemberClient, Option<String>)>) -> Result<Redlock, Error> {
         #[cfg(feature = "tls")]
         crate::nodes::tls::install_crypto_provider();
+        let seats = Servers::seats(
+            clients
+                .iter()
+                .map(|(client, address)| address.clone().unwrap_or_else(|| client.address()))
+                .collect(),
+        );
         let nodes: Vec<Node> = clients
             .into_iter()
-            .map(|(client, address)| Node {
-                connection: NodeConnection::reconnecting(client, &SCRIPTS),
+            .zip(seats)
+            .map(|((client, address), seat)| Node {
+                connection: NodeConnection::reconnecting(client, &SCRIPTS, Some(seat)),
                 address,
             })
             .collect();

@@ -16,7 +16,7 @@ Exit codes:
   0-255  run, elect: the command's own status (128 + N when it died of signal N)
   1      doctor: a check failed
   64     usage or configuration error (bad option, no nodes, malformed URL, one server listed
-         twice)
+         twice: by one address, or found once connected by its run_id)
   69     no quorum of nodes reachable
   70     run: the lock was lost while the command ran, and the command was terminated
   70     elect: the leadership was lost while the command ran (without --restart)
@@ -54,8 +54,8 @@ pub struct Talk {
     #[arg(long, short, conflicts_with = "quiet")]
     pub verbose: bool,
 
-    /// No warnings about members that are down or refusing, and no lines while waiting (errors,
-    /// a lost lock and `elect`'s leader line are still said).
+    /// No warnings about members that are down or refusing, no lines while waiting, and no
+    /// `elect` line when leading (errors and a lost lock are still said).
     #[arg(long, short)]
     pub quiet: bool,
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use redmutex::{Election, Leadership, Redlock};
 
 use crate::args::ElectArgs;
-use crate::exit::{LOST, OS_ERROR, USAGE, acquire_code, advised, fail, say};
+use crate::exit::{LOST, OS_ERROR, USAGE, acquire_code, advised, fail, same_server, say};
 use crate::guard::Spec;
 use crate::members::Members;
 use crate::run::{signal_code, start, status_code};
@@ -46,7 +46,13 @@ pub async fn elect(redlock: &Redlock, args: ElectArgs) -> ExitCode {
             }
         };
         let leadership = match campaign {
-            Ok(leadership) => leadership,
+            Ok(leadership) => match same_server(&leadership.failing_nodes()) {
+                None => leadership,
+                Some(message) => {
+                    resign(leadership).await;
+                    return fail(USAGE, message);
+                }
+            },
             Err(error) => {
                 let message = advised(format!("{}: {error}", args.name), &error);
                 return fail(acquire_code(&error), message);
@@ -90,12 +96,14 @@ async fn lead(
         true => format!(", fingerprint {}", leadership.fingerprint()),
         false => String::new(),
     };
-    say(format!(
-        "{}: {} leads with epoch {}{fingerprint}",
-        args.name,
-        leadership.identity(),
-        leadership.epoch()
-    ));
+    if !args.talk.quiet {
+        say(format!(
+            "{}: {} leads with epoch {}{fingerprint}",
+            args.name,
+            leadership.identity(),
+            leadership.epoch()
+        ));
+    }
     let spec = Spec {
         program,
         args: program_args,

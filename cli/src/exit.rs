@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use redmutex::{Error, NodeErrorKind};
+use redmutex::{Error, NodeError, NodeErrorKind};
 
 use crate::redact::redact;
 
@@ -56,6 +56,11 @@ pub fn acquire_code(error: &Error) -> u8 {
     if refused_authentication(error).is_some() {
         return NO_PERMISSION;
     }
+    if let Error::NoQuorum { failures, .. } = error
+        && same_server(failures).is_some()
+    {
+        return USAGE;
+    }
     match error {
         Error::Taken { .. } => HELD,
         Error::NoQuorum {
@@ -84,6 +89,31 @@ fn held_or_unavailable(quorum: usize, total: usize, silent: usize) -> u8 {
     } else {
         UNAVAILABLE
     }
+}
+
+/// Two `--nodes` entries that turned out, once connected, to reach one server (aliases such as
+/// `localhost` and `127.0.0.1`, or two seeds of one cluster): the library counts only the first
+/// one connected, and the list is to be fixed (exit 64), as for one address listed twice.
+pub fn same_server(failures: &[NodeError]) -> Option<String> {
+    failures.iter().find_map(|failure| {
+        let NodeErrorKind::SameServer {
+            entry,
+            address,
+            run_id,
+        } = &failure.kind
+        else {
+            return None;
+        };
+        let this = failure.address.as_deref().unwrap_or("a cluster client");
+        let mut entries = [(*entry, address.as_str()), (failure.node + 1, this)];
+        entries.sort_unstable();
+        let [(first, first_address), (second, second_address)] = entries;
+        Some(format!(
+            "--nodes: entry {first} ({first_address}) and entry {second} ({second_address}) \
+             reach the same server (run_id {run_id}...): each member must be another server, or \
+             its vote would count twice"
+        ))
+    })
 }
 
 /// The exit code of a failed status or forced unlock.
@@ -119,9 +149,14 @@ fn refused_authentication(error: &Error) -> Option<(usize, usize)> {
     (refused > 0 && total.saturating_sub(refused) < *quorum).then_some((refused, *total))
 }
 
-/// `message` (about `error`) with what to do next: for credentials the nodes refused, where
-/// they come from; for nodes that did not answer, the command that checks each.
+/// `message` (about `error`) with what to do next: for two entries that are one server, which;
+/// for credentials the nodes refused, where they come from; for nodes that did not answer, the command that checks each.
 pub fn advised(message: String, error: &Error) -> String {
+    if let Error::NoQuorum { failures, .. } = error
+        && let Some(same) = same_server(failures)
+    {
+        return format!("{message}\n{same}");
+    }
     if let Some((refused, total)) = refused_authentication(error) {
         return format!(
             "{message}\nauthentication refused by {refused} of {total} nodes (NOAUTH or \

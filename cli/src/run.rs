@@ -12,7 +12,7 @@ use crate::args::RunArgs;
 use crate::duration::shown;
 use crate::exit::{
     CANNOT_EXECUTE, HELD, LOST, NOT_FOUND, OS_ERROR, UNAVAILABLE, USAGE, acquire_code, advised,
-    fail, say,
+    fail, same_server, say,
 };
 use crate::guard::{Guard, NotStarted, Spec};
 use crate::members::Members;
@@ -194,7 +194,7 @@ fn not_acquired(code: u8) -> &'static str {
 async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, ExitCode)> {
     let started = Instant::now();
     let error = match mutex.try_lock().await {
-        Ok(lock) => return Ok(lock),
+        Ok(lock) => return one_vote_per_server(lock).await,
         Err(error) => error,
     };
     let code = acquire_code(&error);
@@ -233,10 +233,13 @@ async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<Lock, (&'static str, E
             }
         }
     };
-    waited.map_err(|error| {
-        let code = acquire_code(&error);
-        (not_acquired(code), fail(code, why(&args.name, &error)))
-    })
+    match waited {
+        Ok(lock) => one_vote_per_server(lock).await,
+        Err(error) => {
+            let code = acquire_code(&error);
+            Err((not_acquired(code), fail(code, why(&args.name, &error))))
+        }
+    }
 }
 
 fn why(name: &str, error: &Error) -> String {
@@ -250,6 +253,18 @@ fn why(name: &str, error: &Error) -> String {
 /// must go out before the process ends. It is bounded by the node timeout.
 async fn cleanup_pause(args: &RunArgs) {
     tokio::time::sleep(args.expiry.mul_f64(TIMEOUT_FACTOR)).await;
+}
+
+/// `lock`, unless two members turned out to be one server: then it is released, and the list
+/// of nodes is refused (see `exit::same_server`).
+async fn one_vote_per_server(lock: Lock) -> Result<Lock, (&'static str, ExitCode)> {
+    match same_server(&lock.failing_nodes()) {
+        None => Ok(lock),
+        Some(message) => {
+            release(&lock).await;
+            Err(("usage", fail(USAGE, message)))
+        }
+    }
 }
 
 /// Releases the lock after the command; a failure only costs others the rest of the expiry.

@@ -18,7 +18,7 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 
 use super::reconnect::{CONNECT_TIMEOUT, Link, Live};
 use super::script::Script;
-use super::version::{ServerVersion, info_server, script_version};
+use super::version::{ServerVersion, info_run_id, info_server, script_version};
 
 /// The cluster client of the cluster that `node`'s server belongs to, from the same connection
 /// info: its credentials, TLS mode and protocol; the crate's response timeout is off, as for
@@ -74,12 +74,12 @@ pub(crate) fn config() -> ClusterConfig {
 pub(super) async fn open(client: &ClusterClient, scripts: &[Script]) -> RedisResult<Live> {
     let connection = client.get_async_connection_with_config(config()).await?;
     let mut asking = connection.clone();
-    let version = version(&mut asking);
+    let facts = facts(&mut asking);
     let loads = load_scripts(&connection, scripts);
-    let (version, ()) = futures::join!(version, loads);
-    let version = version?;
+    let (facts, ()) = futures::join!(facts, loads);
+    let (version, run_ids) = facts?;
     tracing::debug!(%version, "Redis Cluster connection made (the version of its oldest master)");
-    Ok(Live::new(Link::Cluster(connection), version))
+    Ok(Live::new(Link::Cluster(connection), version, run_ids))
 }
 
 /// Loads `scripts` on every node of the cluster; best effort, as on a standalone node: a request
@@ -102,9 +102,16 @@ pub(crate) async fn load_scripts(connection: &ClusterConnection, scripts: &[Scri
 /// The version of the cluster's oldest master (see [`ServerVersion::lowest`]): `INFO server` on
 /// every master, and a script on every master where one refused it.
 pub(crate) async fn version(connection: &mut ClusterConnection) -> RedisResult<ServerVersion> {
+    Ok(facts(connection).await?.0)
+}
+
+/// [`version`], and the `run_id` of each master whose `INFO` told it (see `servers`).
+async fn facts(connection: &mut ClusterConnection) -> RedisResult<(ServerVersion, Vec<Box<str>>)> {
     let mut lowest = ServerVersion::Unknown;
     let mut refused = false;
+    let mut run_ids = Vec::new();
     for (_, reply) in each_master(connection, info_server()).await? {
+        run_ids.extend(info_run_id(&reply));
         match ServerVersion::from_info_reply(reply)? {
             Some(version) => lowest = lowest.lowest(version),
             None => refused = true,
@@ -115,7 +122,7 @@ pub(crate) async fn version(connection: &mut ClusterConnection) -> RedisResult<S
             lowest = lowest.lowest(ServerVersion::from_script_reply(reply)?);
         }
     }
-    Ok(lowest)
+    Ok((lowest, run_ids))
 }
 
 /// Sends `cmd` to every master at once: each one's address (`host:port`) and reply, error

@@ -13,6 +13,7 @@ use super::member::MemberClient;
 pub(crate) use super::reconnect::Packed;
 use super::reconnect::{Reconnecting, node_error};
 use super::script::Script;
+use super::servers::Seat;
 use super::version::{Needs, ServerVersion, info_server, script_version};
 use crate::error::NodeErrorKind;
 
@@ -146,9 +147,15 @@ impl fmt::Debug for NodeConnection {
 impl NodeConnection {
     /// redmutex's own connection through `client`, made on first use (see `reconnect`), which
     /// loads `scripts` into the node's cache each time it connects.
-    pub(crate) fn reconnecting(client: MemberClient, scripts: &'static [Script]) -> NodeConnection {
+    /// `seat`, where it has one, is its place among the members of its `Redlock` (see
+    /// `servers`).
+    pub(crate) fn reconnecting(
+        client: MemberClient,
+        scripts: &'static [Script],
+        seat: Option<Seat>,
+    ) -> NodeConnection {
         NodeConnection(Inner {
-            connection: Connection::Own(Arc::new(Reconnecting::new(client, scripts))),
+            connection: Connection::Own(Arc::new(Reconnecting::new(client, scripts, seat))),
             scripts,
         })
     }

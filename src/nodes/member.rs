@@ -135,7 +135,7 @@ impl MemberClient {
     /// The server a node client reaches, normalised so that two spellings of one address compare
     /// equal (`redis://Host:6379/0` and `rediss://host:6379/1`); `None` for a cluster client,
     /// which does not tell its seed nodes. Names are not resolved: `localhost` and `127.0.0.1`
-    /// differ here (the doctor's `distinct` check compares `run_id`s).
+    /// differ here (once connected, `servers` compares `run_id`s).
     pub(crate) fn server(&self) -> Option<String> {
         let client = match self {
             MemberClient::Node(client) => client,

@@ -24,6 +24,7 @@ pub(crate) mod probe;
 pub(crate) mod reconnect;
 pub(crate) mod redact;
 pub(crate) mod script;
+pub(crate) mod servers;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 pub(crate) mod version;

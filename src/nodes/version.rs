@@ -251,6 +251,11 @@ impl fmt::Display for ServerVersion {
     }
 }
 
+/// The `run_id` in the reply to [`info_server`], if it shows one (see `servers`).
+pub(crate) fn info_run_id(reply: &Value) -> Option<Box<str>> {
+    crate::nodes::servers::run_id(&text(reply)?)
+}
+
 /// The question that names the version: `INFO server`, on every Redis since 2.6.
 pub(crate) fn info_server() -> Cmd {
     let mut cmd = redis::cmd("INFO");

@@ -44,6 +44,7 @@ mod replica_acks;
 mod run;
 mod rwlock;
 mod safety;
+mod same_server;
 mod semaphore;
 mod semaphore_safety;
 mod tracing;

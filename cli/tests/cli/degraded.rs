@@ -29,6 +29,46 @@ fn one_server_listed_twice_is_refused_at_once() {
     assert!(!ran.all().contains(SECRET), "{ran:?}");
 }
 
+/// Two names of one server (`localhost`, `127.0.0.1`) pass the check before connecting; once
+/// connected, the server's `run_id` tells them apart: refused, both entries named, and COMMAND
+/// never runs (nor does a leader's).
+#[test]
+fn two_names_of_one_server_are_refused_once_connected() {
+    let cluster = Cluster::start(2);
+    let (one, other) = (cluster.node(0).port(), cluster.node(1).port());
+    let nodes = format!(
+        "redis://:{SECRET}@127.0.0.1:{one},redis://:{SECRET}@localhost:{one},\
+         redis://127.0.0.1:{other}"
+    );
+    cluster.node(0).config_set("requirepass", SECRET);
+    for args in [
+        &["run", "job", "--", "echo", "COMMAND ran"][..],
+        &["elect", "--id", "a", "job", "--", "echo", "COMMAND ran"],
+    ] {
+        let ran = run(redmutex_with_nodes(&nodes), args);
+        assert_eq!(ran.code, Some(64), "{ran:?}");
+        assert!(
+            ran.stderr.contains("reach the same server")
+                && ran
+                    .stderr
+                    .contains(&format!("(redis://***@127.0.0.1:{one})"))
+                && ran
+                    .stderr
+                    .contains(&format!("(redis://***@localhost:{one})")),
+            "{ran:?}"
+        );
+        assert!(!ran.all().contains("COMMAND ran"), "{ran:?}");
+        assert!(!ran.all().contains(SECRET), "{ran:?}");
+    }
+    // Released on the way out: a run with distinct members takes it at once.
+    let nodes = format!("redis://:{SECRET}@127.0.0.1:{one},redis://127.0.0.1:{other}");
+    let ran = run(
+        redmutex_with_nodes(&nodes),
+        &["run", "--no-wait", "job", "--", "true"],
+    );
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+}
+
 #[test]
 fn an_entry_without_its_scheme_is_named_with_the_form_to_use() {
     let ran = run(
@@ -218,12 +258,14 @@ fn a_member_down_at_the_start_is_warned_about() {
             && ran.stderr.contains("it holds on 2 of 3 members"),
         "{ran:?}"
     );
-    let ran = run(
-        redmutex_with_nodes(&nodes),
-        &["run", "--quiet", "warn:job", "--", "true"],
-    );
-    assert_eq!(ran.code, Some(0), "{ran:?}");
-    assert_eq!(ran.stderr, "", "{ran:?}");
+    for quiet in [
+        &["run", "--quiet", "warn:job", "--", "true"][..],
+        &["elect", "--quiet", "--id", "a", "warn:job", "--", "true"],
+    ] {
+        let ran = run(redmutex_with_nodes(&nodes), quiet);
+        assert_eq!(ran.code, Some(0), "{ran:?}");
+        assert_eq!(ran.stderr, "", "{ran:?}");
+    }
 }
 
 /// A member that fails while the command runs is named when a renewal misses it, and again

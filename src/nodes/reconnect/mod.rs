@@ -54,6 +54,7 @@ use super::Member;
 use super::health::Health;
 use super::member::MemberClient;
 use super::script::Script;
+use super::servers::{SameServer, Seat};
 use super::version::ServerVersion;
 use crate::error::NodeErrorKind;
 
@@ -79,6 +80,8 @@ pub(crate) struct Reconnecting {
     /// Loaded into the node's cache on every new connection.
     scripts: &'static [Script],
     slot: Mutex<Slot>,
+    /// Where its connections register the server they reached, in its `Redlock`.
+    seat: Option<Seat>,
     /// Whether the latest connection reaches a Redis Cluster: what [`member`](Self::member) reads
     /// on every call, without the slot's lock.
     cluster: AtomicBool,
@@ -98,6 +101,11 @@ pub(super) struct Live {
     /// What the node said of its version when this connection was made (for a cluster, its
     /// oldest master).
     version: ServerVersion,
+    /// The `run_id` of the server it reached (a cluster: of each master), where `INFO` told it.
+    run_ids: Vec<Box<str>>,
+    /// Set when another member already reaches that server: then nothing is sent on it (see
+    /// `servers`).
+    same_as: Option<Arc<SameServer>>,
 }
 
 /// What a connection that was made talks through.
@@ -111,12 +119,23 @@ pub(super) enum Link {
 }
 
 impl Live {
-    pub(super) fn new(link: Link, version: ServerVersion) -> Live {
+    pub(super) fn new(link: Link, version: ServerVersion, run_ids: Vec<Box<str>>) -> Live {
         Live {
             link,
             health: Arc::new(Health::default()),
             version,
+            run_ids,
+            same_as: None,
         }
+    }
+
+    /// Registers what this new connection reached in `seat`'s `Redlock` (see `servers`); a
+    /// connection of a member without a seat (built outside a `Redlock`) is not judged.
+    pub(super) fn seated(mut self, seat: Option<&Seat>) -> Live {
+        if let Some(seat) = seat {
+            self.same_as = seat.register(&self.run_ids).map(Arc::new);
+        }
+        self
     }
 
     fn member(&self) -> Member {
@@ -134,8 +153,13 @@ impl Live {
 
 impl Reconnecting {
     /// Makes nothing yet: the first call connects.
-    pub(crate) fn new(client: MemberClient, scripts: &'static [Script]) -> Reconnecting {
+    pub(crate) fn new(
+        client: MemberClient,
+        scripts: &'static [Script],
+        seat: Option<Seat>,
+    ) -> Reconnecting {
         Reconnecting {
+            seat,
             address: client.address(),
             cluster: AtomicBool::new(client.is_cluster()),
             known: AtomicBool::new(client.is_cluster()),

@@ -12,7 +12,7 @@ use super::{Link, Live, address_of};
 use crate::nodes::member::MemberClient;
 use crate::nodes::script::Script;
 use crate::nodes::version::{
-    ServerVersion, cluster_enabled, info_cluster, info_server, script_version,
+    ServerVersion, cluster_enabled, info_cluster, info_run_id, info_server, script_version,
 };
 
 /// Bound on making a connection: TCP (and TLS) handshake, the redis crate's set-up (AUTH, SELECT,
@@ -109,12 +109,18 @@ async fn open_node(client: &Client, scripts: &[Script]) -> RedisResult<Opened> {
     if cluster_enabled(&cluster?) {
         return Ok(Opened::Cluster);
     }
-    let version = match ServerVersion::from_info_reply(info?)? {
+    let info = info?;
+    let run_ids = info_run_id(&info).into_iter().collect();
+    let version = match ServerVersion::from_info_reply(info)? {
         Some(version) => version,
         None => ServerVersion::from_script_reply(send(&script_version()).await?)?,
     };
     tracing::debug!(node = %address_of(client), %version, "node version");
-    Ok(Opened::Node(Live::new(Link::Node(connection), version)))
+    Ok(Opened::Node(Live::new(
+        Link::Node(connection),
+        version,
+        run_ids,
+    )))
 }
 
 /// The connection to the whole cluster that `client`'s node belongs to; without the `cluster`

@@ -20,7 +20,9 @@ pub(crate) enum Packed<'a> {
 
 impl Reconnecting {
     /// Sends one command, connecting first if needed. Unbounded, like the redis crate's own
-    /// calls: the fan-out races it against the node timeout.
+    /// calls: the fan-out races it against the node timeout. Ungated: the operator's questions
+    /// (`probe`) go to every member, one that shares another's server too (see `servers`), so
+    /// that `doctor` can name it.
     ///
     /// Cancel safety: dropping the call before the connection is ready never sends the command
     /// (the attempt to connect goes on in its own task); dropping it after hands the command to
@@ -32,14 +34,18 @@ impl Reconnecting {
 
     /// Sends one command or a pipeline (whose replies come as an array) of a primitive that
     /// `needs` a version, as [`send`](Self::send) does, unless the connection's node runs one too
-    /// old: then nothing is sent (see `version`).
+    /// old (see `version`), or another member already reaches its server (see `servers`): then
+    /// nothing is sent.
     pub(crate) async fn send_for(
         self: &Arc<Self>,
         needs: &'static Needs,
         packed: Packed<'_>,
     ) -> Result<Value, NodeErrorKind> {
-        self.sending(packed, |version| version.allows(needs), node_error)
-            .await
+        let gate = |live: &Live| match &live.same_as {
+            Some(same) => Err(same.error()),
+            None => live.version.allows(needs),
+        };
+        self.sending(packed, gate, node_error).await
     }
 
     /// The version of the node, as its current connection learned it (connecting first if
@@ -68,12 +74,13 @@ impl Reconnecting {
         }
     }
 
-    /// Sends `packed` on the current connection if `gate` lets its node's version through; one
-    /// body for calls with and without a gate, so that neither pays an async layer more.
+    /// Sends `packed` on the current connection if `gate` lets it through (the node's version,
+    /// a member that is another's server); one body for every call, so that none pays an async
+    /// layer more.
     async fn sending<E>(
         self: &Arc<Self>,
         packed: Packed<'_>,
-        gate: impl FnOnce(ServerVersion) -> Result<(), E>,
+        gate: impl FnOnce(&Live) -> Result<(), E>,
         error: fn(RedisError) -> E,
     ) -> Result<Value, E> {
         let mut live = match self.current() {
@@ -84,7 +91,7 @@ impl Reconnecting {
                 .map_err(error)?,
             Current::Failed(failed) => return Err(error(failed)),
         };
-        gate(live.version)?;
+        gate(&live)?;
         if live.health.sent(nanos_now) {
             self.probe(&live);
         }
@@ -174,6 +181,7 @@ mod tests {
         let this = Arc::new(Reconnecting::new(
             MemberClient::Node(Client::open(url).expect("a URL")),
             &[],
+            None,
         ));
         let other = cluster.masters().into_iter().find(|m| m.port() != seed);
         let elsewhere = cluster.key_on(other.expect("another master"), "moved:");

@@ -84,8 +84,11 @@ impl Reconnecting {
         };
         let (client, scripts) = (self.client.clone(), self.scripts);
         let moved = self.moved.load(Ordering::Relaxed);
+        let seat = self.seat.clone();
         let task = async move {
             let outcome = open(&client, scripts, moved).await;
+            // Registered before any call can use it (see `servers`).
+            let outcome = outcome.map(|live| live.seated(seat.as_ref()));
             attempt.settle(&outcome, backoff);
             let _ = report.send(outcome);
         };
@@ -178,6 +181,7 @@ impl Reconnecting {
     pub(in crate::nodes) fn replace(&self, old: &Live, fresh: Live) {
         let mut slot = self.slot();
         if matches!(&*slot, Slot::Ready(current) if current.is(old)) {
+            let fresh = fresh.seated(self.seat.as_ref());
             tracing::debug!(
                 node = %self.address,
                 "node connection went silent while a new one answered: replaced"
@@ -275,6 +279,7 @@ mod tests {
         let this = Arc::new(Reconnecting::new(
             MemberClient::Node(Client::open("redis://127.0.0.1:1/").expect("a URL")),
             &[],
+            None,
         ));
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
