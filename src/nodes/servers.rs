@@ -98,11 +98,20 @@ impl Seat {
             run_ids: run_ids.to_vec(),
             accepted: shared.is_none(),
         };
-        shared.map(|(other, run_id)| SameServer {
+        let (other, run_id) = shared?;
+        let same = SameServer {
             entry: other + 1,
             address: servers.addresses[other].clone(),
             run_id: run_id.chars().take(8).collect(),
-        })
+        };
+        // Said once per connection, not per call: the operator's list of nodes is to be fixed.
+        tracing::warn!(
+            member = self.index + 1,
+            address = %servers.addresses[self.index],
+            "{}",
+            same.error()
+        );
+        Some(same)
     }
 }
 
