@@ -10,9 +10,18 @@
 //! load falls on all of them alike; each row merges its rounds (cycles and time summed,
 //! percentiles over every cycle).
 //!
+//! Two floors show what any blocking bridge over an async client costs, with no redmutex in it:
+//! **floor async** (the wire work of a lock and an unlock written with the redis crate alone:
+//! `SET NX PX` to the 5 nodes at once, then a compare-and-delete script to the 5 at once, from
+//! tasks on a 2-worker runtime) and **floor threads** (the same two steps from OS threads, each
+//! step spawned on a shared 2-worker runtime and waited for with `block_on`, as
+//! `redmutex::blocking` waits for each call). Their ratio is the bridge's own cost; the blocking
+//! API's ratio against async multi can be judged against it.
+//!
 //! Environment: `BENCH_SECS` (measured seconds per row, all rounds together, default 6),
 //! `BENCH_ROUNDS` (default 6), `BENCH_WARMUP_MS` (before every round, default 300).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redmutex::blocking;
@@ -24,16 +33,26 @@ enum Who {
     AsyncMulti,
     AsyncCurrent,
     Blocking,
+    FloorAsync,
+    FloorThreads,
 }
 
 impl Who {
-    const ALL: [Who; 3] = [Who::AsyncMulti, Who::AsyncCurrent, Who::Blocking];
+    const ALL: [Who; 5] = [
+        Who::AsyncMulti,
+        Who::AsyncCurrent,
+        Who::Blocking,
+        Who::FloorAsync,
+        Who::FloorThreads,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Who::AsyncMulti => "async multi",
             Who::AsyncCurrent => "async current",
             Who::Blocking => "blocking",
+            Who::FloorAsync => "floor async",
+            Who::FloorThreads => "floor threads",
         }
     }
 }
@@ -42,23 +61,35 @@ impl Who {
 enum Client {
     Async(tokio::runtime::Runtime, redmutex::Redlock),
     Blocking(blocking::Redlock),
+    /// A floor, and whether it is driven from OS threads.
+    Floor(tokio::runtime::Runtime, Arc<Floor>, bool),
+}
+
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
 }
 
 impl Client {
     fn new(who: Who, urls: &[String]) -> Client {
         let runtime = match who {
-            Who::AsyncMulti => tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build(),
+            Who::AsyncMulti => two_workers(),
             Who::AsyncCurrent => tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .build(),
+                .build()
+                .expect("a runtime"),
             Who::Blocking => {
                 return Client::Blocking(blocking::Redlock::connect(urls).expect("connects"));
             }
+            Who::FloorAsync | Who::FloorThreads => {
+                let runtime = two_workers();
+                let floor = runtime.block_on(Floor::connect(urls));
+                return Client::Floor(runtime, Arc::new(floor), who == Who::FloorThreads);
+            }
         };
-        let runtime = runtime.expect("a runtime");
         let redlock = runtime
             .block_on(redmutex::Redlock::connect(urls))
             .expect("connects");
@@ -124,7 +155,132 @@ impl Client {
                     .flat_map(|thread| thread.join().expect("no panic"))
                     .collect()
             }
+            Client::Floor(runtime, floor, false) => runtime.block_on(async {
+                let tasks: Vec<_> = (0..lockers)
+                    .map(|n| {
+                        let (floor, key) = (Arc::clone(floor), format!("{prefix}:{n}"));
+                        tokio::spawn(async move {
+                            let mut cycles = Vec::new();
+                            while Instant::now() < stop_at {
+                                let start = Instant::now();
+                                floor.cycle_async(&key).await;
+                                if start >= measure_from {
+                                    cycles.push(start.elapsed());
+                                }
+                            }
+                            cycles
+                        })
+                    })
+                    .collect();
+                let mut all = Vec::new();
+                for task in tasks {
+                    all.extend(task.await.expect("no panic"));
+                }
+                all
+            }),
+            Client::Floor(runtime, floor, true) => {
+                let handle = runtime.handle();
+                std::thread::scope(|scope| {
+                    let threads: Vec<_> = (0..lockers)
+                        .map(|n| {
+                            let key: Arc<str> = format!("{prefix}:{n}").into();
+                            scope.spawn(move || {
+                                let mut cycles = Vec::new();
+                                while Instant::now() < stop_at {
+                                    let start = Instant::now();
+                                    floor.cycle_bridged(handle, &key);
+                                    if start >= measure_from {
+                                        cycles.push(start.elapsed());
+                                    }
+                                }
+                                cycles
+                            })
+                        })
+                        .collect();
+                    threads
+                        .into_iter()
+                        .flat_map(|thread| thread.join().expect("no panic"))
+                        .collect()
+                })
+            }
         }
+    }
+}
+
+/// The wire work of a lock and an unlock on every node, with the redis crate alone.
+struct Floor {
+    nodes: Vec<redis::aio::MultiplexedConnection>,
+    release: redis::Script,
+}
+
+impl Floor {
+    async fn connect(urls: &[String]) -> Floor {
+        let mut nodes = Vec::new();
+        for url in urls {
+            let info = redis::IntoConnectionInfo::into_connection_info(url.as_str()).expect("URL");
+            let tcp = info.tcp_settings().clone().set_nodelay(true);
+            let client = redis::Client::open(info.set_tcp_settings(tcp)).expect("client");
+            let connection = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connects");
+            nodes.push(connection);
+        }
+        let release = redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
+             return 0",
+        );
+        for node in &nodes {
+            release
+                .prepare_invoke()
+                .load_async(&mut node.clone())
+                .await
+                .expect("loads");
+        }
+        Floor { nodes, release }
+    }
+
+    /// `SET key value NX PX` on every node at once; how many took it.
+    async fn acquire(self: Arc<Self>, key: Arc<str>, value: u64) -> usize {
+        let sets = self.nodes.iter().map(|node| {
+            let mut node = node.clone();
+            let mut set = redis::cmd("SET");
+            set.arg(&*key).arg(value).arg("NX").arg("PX").arg(10_000);
+            async move { set.query_async::<Option<String>>(&mut node).await }
+        });
+        let replies = futures::future::join_all(sets).await;
+        replies
+            .iter()
+            .filter(|reply| matches!(reply, Ok(Some(_))))
+            .count()
+    }
+
+    /// The compare-and-delete script on every node at once.
+    async fn release(self: Arc<Self>, key: Arc<str>, value: u64) {
+        let deletes = self.nodes.iter().map(|node| {
+            let mut node = node.clone();
+            let mut invocation = self.release.key(&*key);
+            invocation.arg(value);
+            async move { invocation.invoke_async::<i64>(&mut node).await }
+        });
+        futures::future::join_all(deletes).await;
+    }
+
+    async fn cycle_async(self: &Arc<Self>, key: &str) {
+        let (key, value): (Arc<str>, u64) = (key.into(), rand::random());
+        let taken = Arc::clone(self).acquire(Arc::clone(&key), value).await;
+        assert!(taken > self.nodes.len() / 2, "own key");
+        Arc::clone(self).release(key, value).await;
+    }
+
+    /// The same two steps, each spawned on `runtime` and waited for from this thread.
+    fn cycle_bridged(self: &Arc<Self>, runtime: &tokio::runtime::Handle, key: &Arc<str>) {
+        let value: u64 = rand::random();
+        let acquire = runtime.spawn(Arc::clone(self).acquire(Arc::clone(key), value));
+        let taken = runtime.block_on(acquire).expect("no panic");
+        assert!(taken > self.nodes.len() / 2, "own key");
+        let release = runtime.spawn(Arc::clone(self).release(Arc::clone(key), value));
+        runtime.block_on(release).expect("no panic");
     }
 }
 
@@ -204,6 +360,12 @@ fn main() {
                 p99.as_secs_f64() * 1e6,
             );
         }
+        let rate = |who: Who| rows[who as usize].per_second();
+        println!(
+            "blocking / async multi: {:.2}x the rate; floor threads / floor async: {:.2}x",
+            rate(Who::Blocking) / rate(Who::AsyncMulti),
+            rate(Who::FloorThreads) / rate(Who::FloorAsync),
+        );
     }
     println!("\nload average after: {}", load_average());
 }
