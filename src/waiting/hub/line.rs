@@ -43,6 +43,9 @@ pub(crate) struct Line {
     /// and halves when one won: zero (no added latency) while this client's woken waiters win,
     /// wider while they collide with other clients'.
     spread: Duration,
+    /// When the last notice of any release arrived, spent or not: each one took a waiters' mark
+    /// off its node (see `waiting::notices`).
+    last_notice: Option<Instant>,
 }
 
 struct Heard {
@@ -69,6 +72,7 @@ impl Line {
             waiters: Vec::new(),
             last_node: 0,
             spread: Duration::ZERO,
+            last_notice: None,
         }
     }
 
@@ -87,6 +91,7 @@ impl Line {
     /// A node reported the release of `release` (the value) at `at`; returns the waiter woken.
     /// The late notices of a spent release are ignored.
     pub(crate) fn hear(&mut self, node: usize, release: &[u8], at: Instant) -> Option<WaiterId> {
+        self.last_notice = self.last_notice.max(Some(at));
         if self.spent.iter().any(|spent| **spent == *release) {
             return None;
         }
@@ -160,6 +165,11 @@ impl Line {
     /// look at after the pause).
     pub(crate) fn pause(&self, fraction: f64) -> (Duration, usize) {
         (self.spread.mul_f64(fraction), self.last_node)
+    }
+
+    /// Whether a notice arrived at or after `since`, late notices of spent releases included.
+    pub(crate) fn heard_at_or_after(&self, since: Instant) -> bool {
+        self.last_notice.is_some_and(|at| at >= since)
     }
 
     /// Where waiter `id` stands in line.
