@@ -582,3 +582,47 @@ async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
         .expect("the waiter gets the lock");
     next.unlock().await.expect("unlock");
 }
+
+/// After one of the client's listeners reconnected, the waiter marks the name again with its next
+/// attempt: a release while the listener was away may have taken the mark there, and its notice
+/// was lost with the connection.
+#[tokio::test]
+async fn marks_are_set_again_after_a_listener_reconnected() {
+    let cluster = Cluster::start(3);
+    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
+    let name = "wake:reconnected";
+    let held = holding
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .lock()
+        .await
+        .expect("free lock");
+    let delay = Duration::from_secs(3);
+    let waiter = waiting.new_mutex(name).with_retry_delay(delay);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    // The holder's SET, the waiter's first attempt and its marked one.
+    tried(&cluster, 3).await;
+    subscribed(&cluster, name, 1).await;
+    // The waiter's listener on node 0 goes (the holder's client listens to nothing), and while it
+    // is away a release there takes the mark, unheard.
+    let node = cluster.node(0);
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut node.connection())
+        .expect("CLIENT KILL");
+    released_elsewhere(node, name, "unheard");
+    subscribed(&cluster, name, 1).await;
+    tried(&cluster, 4).await;
+    for node in cluster.nodes() {
+        assert!(node.exists(&waiters_mark(name)), "every node marked again");
+    }
+    held.unlock().await.expect("unlock");
+    let next = tokio::time::timeout(delay / 2, task)
+        .await
+        .expect("woken by the release, not by the retry delay of 3 s")
+        .expect("task")
+        .expect("the waiter gets the lock");
+    next.unlock().await.expect("unlock");
+}

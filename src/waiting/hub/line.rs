@@ -313,6 +313,22 @@ mod tests {
         assert_eq!(woken(&line, &ids), [true, true, false]);
     }
 
+    /// A late notice of a spent release wakes nobody, but it still says that a mark went from
+    /// its node: waiters' marks are set again after it (see `waiting::notices`).
+    #[test]
+    fn every_notice_tells_that_a_mark_may_be_gone() {
+        let mut line = Line::new(3, 2);
+        let since = Instant::now();
+        assert_eq!(line.join(1, since), None);
+        assert!(!line.heard_at_or_after(since), "nothing heard yet");
+        let (at, woke) = release(&mut line, "a", &[0, 1], since);
+        assert_eq!(woke, [1]);
+        let (late, woke) = release(&mut line, "a", &[2], at + US);
+        assert!(woke.is_empty(), "spent");
+        assert!(line.heard_at_or_after(late));
+        assert!(!line.heard_at_or_after(late + US));
+    }
+
     #[test]
     fn notices_from_before_an_attempt_do_not_count() {
         let mut line = Line::new(3, 2);
