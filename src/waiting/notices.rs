@@ -39,9 +39,13 @@
 //! after A (notices that arrive after the attempt began, see `hub::line`), as n's release, in
 //! place of R. In both cases n counts for W as released: W is woken once a quorum of nodes did,
 //! as it would be had every attempt marked. And once W has made an attempt after R', it marks
-//! again (1). Where notices are lost (2), the retry delay is the fallback, as it always was.
+//! again (1). The line does not count R' for W in one case: R' had already woken a waiter of this
+//! client (a woken waiter spends its release for the others). That waiter's next attempt marks
+//! every node, after R' on every node whose notice of R' was among those that woke it; a slower
+//! node is the gap below. Where notices are lost (2), the retry delay is the fallback, as it
+//! always was.
 //!
-//! One gap is older than these rules, and they keep it as it was: a release R' whose notices
+//! The gap is older than these rules, and they keep it as it was: a release R' whose notices
 //! woke a waiter of this client spends its value for the line, so that its late notices do not
 //! add up with the next release's. A late notice of R' from a slow node n, where R' took the
 //! marks of the woken waiter's attempt (its command came to n before R'), is then not counted:
@@ -81,7 +85,7 @@ const MARK_SLACK: Duration = Duration::from_millis(100);
 /// A write of marks to every node.
 #[derive(Clone, Copy)]
 struct Marked {
-    /// When the write began: the marks expire [`MARK_TTL`] after it at the latest, and a notice
+    /// When the write began: the marks expire no sooner than [`MARK_TTL`] after it, and a notice
     /// that arrived from then on may have taken them.
     sent: Instant,
     /// The client's listener connections then (see `hub::State::connects`).
