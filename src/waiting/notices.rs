@@ -1,27 +1,67 @@
 //! Waiting with wake-up on release: the retry delay, cut short when release notices say the lock
 //! is free (see `hub::line` for when a waiter is woken, and `hub` for where notices come from).
 //!
+//! # Marks
+//!
 //! A release publishes a notice only where a waiter marked the name (see
 //! `engine::target::waiters_key`): the release's `DEL` takes the mark with the key, and tells by
 //! its count whether there was one, so that a release nobody waits for costs its node nothing
-//! more than one more key in that `DEL`. A waiter marks the name in the same write as each of its
-//! attempts, before the attempt's own command (`Request::with_marks`). So when the attempt finds
-//! the name taken, the mark is on the node before the holder's release can run: the release sees
-//! it, and notifies. The first attempt of a call sends no mark (most calls never wait): a call
-//! that has to wait listens first, then makes a marked attempt at once, which closes the gap
-//! between its first attempt and its mark.
+//! more than one more key in that `DEL`. Marks are shared: one waiter's mark makes the release
+//! notify every client that listens. Every mark lives [`MARK_TTL`], whoever sets it, so a mark
+//! set later never shortens one set earlier.
 //!
-//! A release takes the mark with it, so one mark serves one release; every waiter woken by that
-//! release marks again with its attempt, winner and losers alike. A mark outlives the wait it was
-//! made for (the retry delay, and a node timeout), so that a waiter that polls keeps one in place,
-//! and a mark left by a waiter that gave up costs at most one notice nobody hears.
+//! A waiter marks the names in the same write as an attempt, before the attempt's command
+//! (`Request::with_marks`), or in a write of their own while it waits. It counts its marks as
+//! placed once every node answered that write, and from then on it sends none until they may be
+//! gone, which it can tell, because a mark leaves a node in one of three ways only:
+//!
+//! 1. a release took it, and published a notice there: a notice of the name that arrived at or
+//!    after the start of the marking write (any notice, late ones of a release already spent
+//!    included) makes the next attempt mark again, and so does every attempt after a wake-up;
+//! 2. a node lost it, with the notice (the listener was away: the client's listeners counted a
+//!    reconnection since the marking write; or the node restarted or evicted keys, a lost notice);
+//! 3. it expired: an attempt marks again when its marks would expire within a node timeout and
+//!    [`MARK_SLACK`] of the end of the wait after it, and a longer wait marks again in the middle.
+//!
+//! The first attempt of a call sends no mark (most calls never wait): a call that has to wait
+//! listens first (the nodes confirmed its subscription), then makes a marked attempt at once,
+//! which closes the gap between its first attempt and its marks.
+//!
+//! # Why no release is missed
+//!
+//! Take a waiter W whose attempt A failed, and a release R on node n after A's command there
+//! (the release of a key that A found on n, or of one set there later). Either A carried marks
+//! (they reached n before A's command, so before R), or A sent none, and then W's last marks were
+//! placed on n, had not expired (3), no reconnection had been counted (2), and no notice had
+//! arrived since their write began (1) when A began. Then, at R, n has a mark, and R notifies, or
+//! a release R' took the mark off n between the marks and R, and published. R' was not heard
+//! before A began, so its notice arrives after A began: that is what the line counts for the wait
+//! after A (notices that arrive after the attempt began, see `hub::line`), as n's release, in
+//! place of R. In both cases n counts for W as released: W is woken once a quorum of nodes did,
+//! as it would be had every attempt marked. And once W has made an attempt after R', it marks
+//! again (1). The line does not count R' for W in one case: R' had already woken a waiter of this
+//! client (a woken waiter spends its release for the others). That waiter's next attempt marks
+//! every node, after R' on every node whose notice of R' was among those that woke it; a slower
+//! node is the gap below. Where notices are lost (2), the retry delay is the fallback, as it
+//! always was.
+//!
+//! The gap is older than these rules, and they keep it as it was: a release R' whose notices
+//! woke a waiter of this client spends its value for the line, so that its late notices do not
+//! add up with the next release's. A late notice of R' from a slow node n, where R' took the
+//! marks of the woken waiter's attempt (its command came to n before R'), is then not counted:
+//! if the next holder's quorum has n and no more nodes than a quorum, its release wakes nobody
+//! here, and waiters retry at their delay. The woken waiter and every other marks again with its
+//! next attempt.
+//!
+//! A mark left by a waiter that gave up costs at most one notice nobody hears: the first release
+//! takes it.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::metrics;
 use crate::engine::resource::Resource;
 use crate::engine::settings::Plan;
+use crate::engine::tally::Tally;
 use crate::engine::target::mark_commands;
 use crate::nodes::probe::{each_node, in_use, send};
 use crate::waiting::hub::Place;
@@ -29,9 +69,28 @@ use crate::waiting::listeners::Listeners;
 
 use super::wait::until;
 
-/// How much longer than its wait a waiter's mark lives: the time its next attempt may take to
-/// reach the nodes beyond the node timeout, on a loaded machine.
+/// How long every waiter's mark lives.
+///
+/// Long enough that a waiter polling at the default retry delay (50-250 ms) marks once in about
+/// 60 attempts, not with each of them; no longer, because a mark outlives the waiters that set it
+/// by up to that much: it costs the node a key, and the first release after them one notice.
+/// Twice the time a name stays subscribed after its last waiter (`hub::LINGER`): a mark left
+/// that long after its waiter has no listener left to reach.
+pub(crate) const MARK_TTL: Duration = Duration::from_secs(10);
+
+/// How long before they expire a waiter's marks are set again, beyond the node timeout: the time
+/// the write may take to reach the nodes on a loaded machine.
 const MARK_SLACK: Duration = Duration::from_millis(100);
+
+/// A write of marks to every node.
+#[derive(Clone, Copy)]
+struct Marked {
+    /// When the write began: the marks expire no sooner than [`MARK_TTL`] after it, and a notice
+    /// that arrived from then on may have taken them.
+    sent: Instant,
+    /// The client's listener connections then (see `hub::State::connects`).
+    connects: u64,
+}
 
 /// One `lock()` call's waiting by release notices.
 pub(crate) struct NoticeWait<'a> {
@@ -47,8 +106,12 @@ pub(crate) struct NoticeWait<'a> {
     /// The place whose wake-up ended the last wait, so the attempt after it tells that line how
     /// woken waiters fare.
     woken: Option<usize>,
-    /// The retry delay after the current attempt, drawn as it starts: its mark must outlive it.
+    /// The retry delay after the current attempt, drawn as it starts.
     delay: Duration,
+    /// This call's last marks that every node answered, while they may still be there.
+    marked: Option<Marked>,
+    /// The marks the current attempt sends, if it sends any.
+    marking: Option<Marked>,
 }
 
 impl<'a> NoticeWait<'a> {
@@ -66,6 +129,8 @@ impl<'a> NoticeWait<'a> {
             places: Vec::new(),
             woken: None,
             delay: Duration::ZERO,
+            marked: None,
+            marking: None,
         }
     }
 
@@ -92,9 +157,9 @@ impl<'a> NoticeWait<'a> {
     }
 
     /// Attempt number `attempt` begins at `started`; returns how long the marks sent with it
-    /// live: none before the call waits (an attempt that succeeds needs none) nor with the `last`
-    /// attempt (nobody waits after it), and otherwise for longer than the wait after it, so that
-    /// a waiter that polls keeps the name marked.
+    /// live, if it sends any: none before the call waits (an attempt that succeeds needs none) nor
+    /// with the `last` attempt (nobody waits after it), and otherwise only where the call's marks
+    /// may be gone (see the module's doc).
     pub(crate) fn attempt_starts(
         &mut self,
         attempt: u32,
@@ -104,16 +169,57 @@ impl<'a> NoticeWait<'a> {
         for place in &self.places {
             place.rearm(started);
         }
+        self.marking = None;
         if last {
             return None;
         }
-        // Drawn here, not after the await of the attempt: the mark sent now must outlive it.
         self.delay = self.plan.retry_delay_after(attempt);
         if self.places.is_empty() {
             return None;
         }
-        let wait = until(self.delay, self.deadline).duration_since(started.into());
-        Some(wait + self.plan.node_timeout + MARK_SLACK)
+        let wait_ends = until(self.delay, self.deadline).into_std();
+        if !self.mark_due(wait_ends) {
+            return None;
+        }
+        self.marking = Some(Marked {
+            sent: started,
+            connects: self.connects(),
+        });
+        Some(MARK_TTL)
+    }
+
+    /// The replies of the current attempt: its marks count as placed if every node answered.
+    pub(crate) fn replies(&mut self, tally: &Tally) {
+        if let Some(marking) = self.marking.take() {
+            self.marked = (tally.unconfirmed() == 0).then_some(marking);
+        }
+    }
+
+    /// Whether this call's marks may be gone, or expire, before `wait_ends` and a node timeout
+    /// (see the module's doc): after a wake-up, a notice heard since they were sent, a listener
+    /// that reconnected, or marks that are too old.
+    fn mark_due(&self, wait_ends: Instant) -> bool {
+        let Some(marked) = self.marked else {
+            return true;
+        };
+        self.woken.is_some()
+            || self
+                .places
+                .iter()
+                .any(|place| place.heard_at_or_after(marked.sent))
+            || self.connects() != marked.connects
+            || self.refresh_at(marked) < wait_ends
+    }
+
+    /// When marks written at `marked` must be written again: a node timeout and the slack before
+    /// they expire.
+    fn refresh_at(&self, marked: Marked) -> Instant {
+        marked.sent + MARK_TTL.saturating_sub(self.plan.node_timeout + MARK_SLACK)
+    }
+
+    /// The client's listener connections so far.
+    fn connects(&self) -> u64 {
+        self.places.first().map_or(0, Place::connects)
     }
 
     pub(crate) fn attempt_ended(&mut self, won: bool) {
@@ -163,22 +269,34 @@ impl<'a> NoticeWait<'a> {
 }
 
 /// Waits for a wake-up by release notices in any of `wait`'s places, or `delay` at most (and no
-/// later than its deadline); the index of the place woken, if any.
+/// later than its deadline); the index of the place woken, if any. Marks the names again where
+/// the call's marks would expire before the wait ends (see the module's doc).
 ///
 /// A woken waiter first pauses for its name's current spread (see `hub::line`). A pause means that
 /// woken waiters of several clients have been racing for the name: after it, one node is asked
 /// whether the name is still free (one command, where an attempt costs one per node), and if
 /// another client's waiter got there first, this one goes back to waiting. Readers skip that
 /// look: the name's key is there while readers hold, and a reader may still get in.
-async fn wait_in_line(wait: &NoticeWait<'_>, delay: Duration) -> Option<usize> {
-    let (resource, plan, places) = (wait.resource, wait.plan, &wait.places);
+async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usize> {
     let deadline = until(delay, wait.deadline);
     loop {
+        let refresh = wait
+            .marked
+            .map(|marked| tokio::time::Instant::from(wait.refresh_at(marked)))
+            .filter(|&refresh| refresh < deadline);
         let index = tokio::select! {
-            () = tokio::time::sleep_until(deadline) => return None,
-            index = woken(places) => index,
+            () = tokio::time::sleep_until(refresh.unwrap_or(deadline)) => {
+                if refresh.is_some() {
+                    tracing::trace!("marking the name again before the marks expire");
+                    mark(wait).await;
+                    continue;
+                }
+                return None;
+            }
+            index = woken(&wait.places) => index,
         };
-        let place = &places[index];
+        let (resource, plan) = (wait.resource, wait.plan);
+        let place = &wait.places[index];
         let woken_at = Instant::now();
         let (pause, node) = place.pause();
         tracing::trace!(?pause, "woken by a release");
@@ -195,8 +313,8 @@ async fn wait_in_line(wait: &NoticeWait<'_>, delay: Duration) -> Option<usize> {
                 tracing::trace!(node, "taken again before the attempt");
                 // The release spent the marks, and whoever took the name may not have marked it
                 // (a first attempt does not): mark it again, or its release would be silent.
-                mark(wait, name, deadline.into_std()).await;
-                place.wait_again(woken_at);
+                mark(wait).await;
+                wait.places[index].wait_again(woken_at);
             }
             // Free, or no answer: the attempt will tell.
             _ => return Some(index),
@@ -204,14 +322,18 @@ async fn wait_in_line(wait: &NoticeWait<'_>, delay: Duration) -> Option<usize> {
     }
 }
 
-/// Marks `name` as waited for on every node until a node timeout (and the slack) after `until`,
-/// without an attempt (see `wait_in_line`). Bounded by the node timeout; a node that does not
-/// answer in time costs only its notice.
-async fn mark(wait: &NoticeWait<'_>, name: &Arc<str>, until: Instant) {
-    let ttl = until.saturating_duration_since(Instant::now()) + wait.plan.node_timeout + MARK_SLACK;
-    let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-    let names = std::slice::from_ref(name);
-    each_node(
+/// Marks every name of the lock as waited for on every node, without an attempt (see
+/// `wait_in_line`), and counts the marks as placed if every node answered. Bounded by the node
+/// timeout; a node that does not answer in time costs only its notice, and the next attempt marks
+/// again.
+async fn mark(wait: &mut NoticeWait<'_>) {
+    let marking = Marked {
+        sent: Instant::now(),
+        connects: wait.connects(),
+    };
+    let millis = u64::try_from(MARK_TTL.as_millis()).unwrap_or(u64::MAX);
+    let names = wait.resource.target().names();
+    let answers = each_node(
         wait.resource.nodes(),
         wait.plan.node_timeout,
         |_, mut connection| {
@@ -225,6 +347,7 @@ async fn mark(wait: &NoticeWait<'_>, name: &Arc<str>, until: Instant) {
         },
     )
     .await;
+    wait.marked = answers.iter().all(Result::is_ok).then_some(marking);
 }
 
 /// Resolves once one of `places` is woken, with its index.

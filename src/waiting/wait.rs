@@ -111,7 +111,11 @@ impl<'a> Waiting<'a> {
     pub(crate) fn replies(&mut self, tally: &Tally, started: Instant, last: bool, op: Op) -> bool {
         match self {
             Waiting::Fair(fair) => fair.observe(tally, started, last, op),
-            _ => false,
+            Waiting::Notices(notices) => {
+                notices.replies(tally);
+                false
+            }
+            Waiting::Sleep { .. } => false,
         }
     }
 

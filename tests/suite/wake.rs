@@ -448,3 +448,181 @@ async fn a_lost_notice_ends_in_a_retry() {
     }
     next.unlock().await.expect("unlock");
 }
+
+/// PSETEX commands (the waiters' marks) each node received so far.
+fn marks_sent(cluster: &Cluster) -> Vec<u64> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| node.calls("psetex"))
+        .collect()
+}
+
+/// A waiter that polls at a short retry delay behind a long holder marks the name once, when it
+/// starts to wait, not with each of its attempts: nothing took the marks off the nodes, and they
+/// live longer than the wait so far.
+#[tokio::test]
+async fn a_polling_waiter_marks_the_name_once_not_with_each_attempt() {
+    let cluster = Cluster::start(3);
+    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
+    let name = "wake:poll-marks";
+    let held = holding
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .lock()
+        .await
+        .expect("free lock");
+    let waiter = waiting
+        .new_mutex(name)
+        .with_retry_delay(Duration::from_millis(20))
+        .with_tries(100_000);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    // The holder's SET and 40 attempts of the waiter.
+    eventually("the waiter made 40 attempts", || {
+        sets(&cluster).iter().all(|&sets| sets > 40)
+    })
+    .await;
+    let marks = marks_sent(&cluster);
+    assert!(
+        marks.iter().all(|&marks| (1..=2).contains(&marks)),
+        "marks sent per node over 40 attempts: {marks:?}"
+    );
+    held.unlock().await.expect("unlock");
+    let next = task.await.expect("task").expect("the waiter gets the lock");
+    next.unlock().await.expect("unlock");
+}
+
+/// Publishes a release notice of `name` on `node`, after taking the waiters' mark off it, as the
+/// release of a key there would (of another value than the holder's: the holder keeps the name).
+fn released_elsewhere(node: &redmutex_testenv::Node, name: &str, value: &str) {
+    node.del(&waiters_mark(name));
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(channel(name))
+        .arg(value)
+        .query(&mut node.connection())
+        .expect("PUBLISH");
+}
+
+/// A release that took the waiters' mark off some nodes and woke nobody (too few nodes) makes the
+/// waiter's next attempt mark again: without that, marks taken off two nodes before one attempt
+/// and off a third before the next leave three of five nodes silent, and the holder's release
+/// wakes nobody (two notices of five).
+#[tokio::test]
+async fn marks_taken_by_a_release_that_woke_nobody_are_set_again() {
+    let cluster = Cluster::start(5);
+    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
+    let name = "wake:spent-marks";
+    let held = holding
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .lock()
+        .await
+        .expect("free lock");
+    let delay = Duration::from_secs(3);
+    let waiter = waiting.new_mutex(name).with_retry_delay(delay);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    // The holder's SET, the waiter's first attempt and its marked one.
+    tried(&cluster, 3).await;
+    subscribed(&cluster, name, 1).await;
+    for node in &cluster.nodes()[..2] {
+        released_elsewhere(node, name, "elsewhere-1");
+    }
+    tried(&cluster, 4).await;
+    released_elsewhere(cluster.node(2), name, "elsewhere-2");
+    tried(&cluster, 5).await;
+    let marked: Vec<bool> = cluster
+        .nodes()
+        .iter()
+        .map(|node| node.exists(&waiters_mark(name)))
+        .collect();
+    assert_eq!(marked, [true; 5], "every node marked again");
+    held.unlock().await.expect("unlock");
+    let next = tokio::time::timeout(delay / 2, task)
+        .await
+        .expect("woken by the release, not by the retry delay of 3 s")
+        .expect("task")
+        .expect("the waiter gets the lock");
+    next.unlock().await.expect("unlock");
+}
+
+/// A wait longer than the marks live keeps the name marked: a waiter whose retry delay is a minute
+/// is woken by a release that comes after the marks of its attempt would have expired.
+#[tokio::test]
+async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
+    let cluster = Cluster::start(3);
+    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
+    let name = "wake:long-wait";
+    let held = holding
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(60))
+        .lock()
+        .await
+        .expect("free lock");
+    let waiter = waiting.new_mutex(name).with_retry_delay(FALLBACK);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    eventually("the waiter's marked attempt", || {
+        sets(&cluster).iter().all(|&sets| sets == 3)
+    })
+    .await;
+    // Past the marks' life of 10 s.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    for node in cluster.nodes() {
+        assert!(node.exists(&waiters_mark(name)), "the name is still marked");
+    }
+    assert_eq!(
+        marks_sent(&cluster),
+        [2; 3],
+        "the marked attempt's marks, and one renewal"
+    );
+    held.unlock().await.expect("unlock");
+    let next = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("woken by the release (the retry delay is a minute)")
+        .expect("task")
+        .expect("the waiter gets the lock");
+    next.unlock().await.expect("unlock");
+}
+
+/// After one of the client's listeners reconnected, the waiter marks the name again with its next
+/// attempt: a release while the listener was away may have taken the mark there, and its notice
+/// was lost with the connection.
+#[tokio::test]
+async fn marks_are_set_again_after_a_listener_reconnected() {
+    let cluster = Cluster::start(3);
+    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
+    let name = "wake:reconnected";
+    let held = holding
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .lock()
+        .await
+        .expect("free lock");
+    let delay = Duration::from_secs(3);
+    let waiter = waiting.new_mutex(name).with_retry_delay(delay);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    // The holder's SET, the waiter's first attempt and its marked one.
+    tried(&cluster, 3).await;
+    subscribed(&cluster, name, 1).await;
+    // The waiter's listener on node 0 goes (the holder's client listens to nothing), and while it
+    // is away a release there takes the mark, unheard.
+    let node = cluster.node(0);
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut node.connection())
+        .expect("CLIENT KILL");
+    released_elsewhere(node, name, "unheard");
+    subscribed(&cluster, name, 1).await;
+    tried(&cluster, 4).await;
+    for node in cluster.nodes() {
+        assert!(node.exists(&waiters_mark(name)), "every node marked again");
+    }
+    held.unlock().await.expect("unlock");
+    let next = tokio::time::timeout(delay / 2, task)
+        .await
+        .expect("woken by the release, not by the retry delay of 3 s")
+        .expect("task")
+        .expect("the waiter gets the lock");
+    next.unlock().await.expect("unlock");
+}

@@ -409,8 +409,9 @@ impl Mutex {
     ///
     /// A `lock()` that has to wait listens on one shared pub/sub connection per node, opened by
     /// the [`Redlock`] when first needed and subscribed per name only while someone waits on it
-    /// (and a few seconds after), and marks the name as waited for with each of its attempts (a
-    /// short-lived key beside the name, see [keys and notice channels](crate::guide::keys)). A
+    /// (and a few seconds after), and marks the name as waited for when it starts to wait and
+    /// again wherever the mark may be gone (a key beside the name that lives 10 s, see [keys and
+    /// notice channels](crate::guide::keys)). A
     /// release (unlock, drop, the cleanup of a failed attempt) deletes the mark with the key, in
     /// the same script, and publishes a notice only where it found one: a release nobody waits
     /// for costs a node one more key in its `DEL` and sends nothing. A waiter retries as soon as

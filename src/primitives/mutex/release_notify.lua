@@ -3,10 +3,11 @@
 -- ARGV[1] = value, and on a cluster ARGV[2] = the command that publishes (`SPUBLISH`) and ARGV[3]
 -- = the name's notice channel. Replies as release.lua does.
 --
--- A waiter marks the name before each of its attempts (`waiters_key` in `engine/target.rs`). The
--- `DEL` that frees the name takes the mark with it and counts both: 2 means somebody waits, and
--- only then does a notice go out. So a release nobody waits for costs the node one more key in its
--- `DEL`, and a release somebody waits for spends the mark (each woken waiter marks again with its
+-- A waiter marks the name when it starts to wait, before its attempt, and again wherever the mark
+-- may be gone (`waiters_key` in `engine/target.rs`, `waiting/notices.rs`). The `DEL` that frees the
+-- name takes the mark with it and counts both: 2 means somebody waits, and only then does a notice
+-- go out. So a release nobody waits for costs the node one more key in its `DEL`, and a release
+-- somebody waits for spends the mark (each waiter that heard the notice marks again with its next
 -- attempt). On a standalone server the mark is the name followed by `:waiters`, made here, so that
 -- the node receives the release's arguments of before (`benches/README.md`: one more argument
 -- costs a node more than the whole look); on a cluster it is in the name's slot, passed as a key,

@@ -43,6 +43,9 @@ pub(crate) struct Line {
     /// and halves when one won: zero (no added latency) while this client's woken waiters win,
     /// wider while they collide with other clients'.
     spread: Duration,
+    /// When the last notice of any release arrived, spent or not: each one took a waiters' mark
+    /// off its node (see `waiting::notices`).
+    last_notice: Option<Instant>,
 }
 
 struct Heard {
@@ -69,6 +72,7 @@ impl Line {
             waiters: Vec::new(),
             last_node: 0,
             spread: Duration::ZERO,
+            last_notice: None,
         }
     }
 
@@ -87,6 +91,7 @@ impl Line {
     /// A node reported the release of `release` (the value) at `at`; returns the waiter woken.
     /// The late notices of a spent release are ignored.
     pub(crate) fn hear(&mut self, node: usize, release: &[u8], at: Instant) -> Option<WaiterId> {
+        self.last_notice = self.last_notice.max(Some(at));
         if self.spent.iter().any(|spent| **spent == *release) {
             return None;
         }
@@ -160,6 +165,11 @@ impl Line {
     /// look at after the pause).
     pub(crate) fn pause(&self, fraction: f64) -> (Duration, usize) {
         (self.spread.mul_f64(fraction), self.last_node)
+    }
+
+    /// Whether a notice arrived at or after `since`, late notices of spent releases included.
+    pub(crate) fn heard_at_or_after(&self, since: Instant) -> bool {
+        self.last_notice.is_some_and(|at| at >= since)
     }
 
     /// Where waiter `id` stands in line.
@@ -301,6 +311,22 @@ mod tests {
         assert_eq!(woke, [2]);
         release(&mut line, "b", &[2, 3], at);
         assert_eq!(woken(&line, &ids), [true, true, false]);
+    }
+
+    /// A late notice of a spent release wakes nobody, but it still says that a mark went from
+    /// its node: waiters' marks are set again after it (see `waiting::notices`).
+    #[test]
+    fn every_notice_tells_that_a_mark_may_be_gone() {
+        let mut line = Line::new(3, 2);
+        let since = Instant::now();
+        assert_eq!(line.join(1, since), None);
+        assert!(!line.heard_at_or_after(since), "nothing heard yet");
+        let (at, woke) = release(&mut line, "a", &[0, 1], since);
+        assert_eq!(woke, [1]);
+        let (late, woke) = release(&mut line, "a", &[2], at + US);
+        assert!(woke.is_empty(), "spent");
+        assert!(line.heard_at_or_after(late));
+        assert!(!line.heard_at_or_after(late + US));
     }
 
     #[test]

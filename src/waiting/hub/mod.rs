@@ -53,6 +53,10 @@ pub(crate) struct State {
     /// How to wake each waiter of every name.
     wakers: HashMap<WaiterId, Arc<Notify>>,
     next_id: WaiterId,
+    /// How many times a listener (re)connected, and so asked what to listen for: notices
+    /// published while it was away are lost, and the waiters' marks they took with them too (see
+    /// `waiting::notices`).
+    pub(crate) connects: u64,
 }
 
 /// This client's waiters for one name.
@@ -401,7 +405,8 @@ impl NoticeSink for Hub {
 
     /// Every topic somebody listens for, to subscribe a listener after it (re)connected.
     fn topics(&self) -> Vec<Topic> {
-        let state = self.state();
+        let mut state = self.state();
+        state.connects += 1;
         state
             .names
             .iter()

@@ -77,6 +77,20 @@ impl Place {
         self.with_line(|line| line.wait_again(self.id, since));
     }
 
+    /// Whether a notice of the name arrived at or after `since` (see `Line::heard_at_or_after`).
+    pub(crate) fn heard_at_or_after(&self, since: Instant) -> bool {
+        let state = self.hub.state();
+        state
+            .names
+            .get(&*self.name)
+            .is_some_and(|waiters| waiters.line.heard_at_or_after(since))
+    }
+
+    /// How many times the client's listeners (re)connected so far (see `State::connects`).
+    pub(crate) fn connects(&self) -> u64 {
+        self.hub.state().connects
+    }
+
     /// Reports how the attempt after a wake-up went.
     pub(crate) fn woken_attempt(&self, won: bool) {
         self.with_line(|line| {
