@@ -101,7 +101,8 @@ pub(super) struct Live {
     /// What the node said of its version when this connection was made (for a cluster, its
     /// oldest master).
     version: ServerVersion,
-    /// The `run_id` of the server it reached (a cluster: of each master), where `INFO` told it.
+    /// The `run_id` of the server it reached (a cluster: of each master), where `INFO` told it;
+    /// emptied once registered (see [`seated`](Self::seated)), since every call clones a `Live`.
     run_ids: Vec<Box<str>>,
     /// Set when another member already reaches that server: then nothing is sent on it (see
     /// `servers`).
@@ -132,8 +133,9 @@ impl Live {
     /// Registers what this new connection reached in `seat`'s `Redlock` (see `servers`); a
     /// connection of a member without a seat (built outside a `Redlock`) is not judged.
     pub(super) fn seated(mut self, seat: Option<&Seat>) -> Live {
+        let run_ids = std::mem::take(&mut self.run_ids);
         if let Some(seat) = seat {
-            self.same_as = seat.register(&self.run_ids).map(Arc::new);
+            self.same_as = seat.register(&run_ids).map(Arc::new);
         }
         self
     }
