@@ -46,6 +46,7 @@ mod rwlock;
 mod safety;
 mod semaphore;
 mod semaphore_safety;
+mod soak_controls;
 mod tracing;
 mod versions;
 mod wake;
