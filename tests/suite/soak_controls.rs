@@ -3,11 +3,17 @@
 //! The library has no switch for such bugs: each control copies the repository into the target
 //! directory, replaces one line of the copy (failing loudly when the line is gone, so that a
 //! control never silently tests the unpatched code), builds the copy's soak in the same target
-//! directory (the dependencies are built already; the copy's redmutex, testenv and soak are
-//! compiled at a path of their own, the same on every run) and runs it.
+//! directory (the dependencies are built already, so only redmutex, testenv and the soak compile)
+//! and runs it. Cargo names a path package's artifacts by its place in its workspace, not by
+//! the workspace's path, so the copies build to the very files of the repository's own build:
+//! the controls run one at a time, and the repository's next build compiles those three again.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
+
+/// Held by the control that builds and runs: two would build to the same files.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A bug to patch in: the file, the line as it is, what replaces it, and the violation it must
 /// cause.
@@ -56,6 +62,9 @@ fn the_soak_finds_a_multi_name_lock_counted_on_part_of_its_names() {
 }
 
 fn control(bug: &Bug) {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target = target_dir();
     let copy = target.join("soak-controls").join(bug.name);
