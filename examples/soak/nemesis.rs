@@ -178,14 +178,17 @@ impl<'a> Nemesis<'a> {
         let member = self.member;
         let masters = member.masters();
         let master = masters[pick % masters.len()];
-        let (kind, target) = match choice {
-            11 => {
+        // Each master has its replica back by the end of every cluster fault (`wait_ok` waits
+        // for it to be in sync); without one, its master is paused instead.
+        let replica = member.replicas_of(master).first().copied();
+        let choice = if replica.is_none() { 14 } else { choice };
+        let (kind, target) = match (choice, replica) {
+            (11, Some(replica)) => {
                 // CLUSTER FAILOVER: the replica takes over once it has every write.
-                let replica = member.replicas_of(master)[0];
                 member.failover(replica);
                 ("cluster-failover", port_name("replica", replica))
             }
-            12 => {
+            (12, _) => {
                 // One name's slot (and every key of the name, which share it) to another master.
                 let names: Vec<&str> = NAMES.iter().chain(&ACKED_NAMES).copied().collect();
                 let name = names[pick % names.len()];
@@ -203,10 +206,9 @@ impl<'a> Nemesis<'a> {
                     format!("{name} (slot {slot}) to {}", to.port()),
                 )
             }
-            13 => {
+            (13, Some(replica)) => {
                 // A master dies and its replica takes over at once, without the writes it had
                 // not received; the master comes back empty (as a replica) after the expiry.
-                let replica = member.replicas_of(master)[0];
                 let target = port_name("master", master);
                 master.kill();
                 member.takeover(replica);
