@@ -4,7 +4,18 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
-use crate::history::{Call, History, Kind, Nanos, Section, Write};
+use crate::history::{Call, History, Kind, Nanos, Sample, Section, Write};
+
+/// A process's memory is checked once it lived this long: its first and last minute apart.
+pub const MEMORY_CHECKED_AFTER: Nanos = 120 * SECOND;
+/// The stretch at each end of a process's life that is compared.
+const MEMORY_WINDOW: Nanos = 60 * SECOND;
+/// The growth allowed between the first minute's peak and the last minute's median: a quarter of
+/// that peak, and never less than 4 MiB (the allocator's arenas and the connections' buffers
+/// settle at sizes that vary from run to run).
+const MEMORY_SLACK_PERCENT: u64 = 25;
+const MEMORY_SLACK_MIN_KB: u64 = 4096;
+const SECOND: Nanos = 1_000_000_000;
 
 /// A broken promise, with the operations that show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +68,41 @@ pub enum Violation {
     Late { call: Call },
     /// A call never returned, though its process lived on past its bound.
     Hang { call: Call, stopped: Nanos },
+    /// A process's memory grew beyond the bound from its first minute to its last.
+    Memory { growth: Growth },
+}
+
+/// A process's resident memory at both ends of its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Growth {
+    pub process: String,
+    /// The first minute's peak.
+    pub first_kb: u64,
+    /// The last minute's median.
+    pub last_kb: u64,
+    /// How long the process's samples span.
+    pub lived: Nanos,
+}
+
+impl Growth {
+    /// Whether the last minute's median exceeds the first minute's peak by more than the slack.
+    pub fn too_much(&self) -> bool {
+        let slack = (self.first_kb * MEMORY_SLACK_PERCENT / 100).max(MEMORY_SLACK_MIN_KB);
+        self.last_kb > self.first_kb + slack
+    }
+}
+
+impl fmt::Display for Growth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} kB at most in its first minute, {} kB (median) in its last, over {} s",
+            self.process,
+            self.first_kb,
+            self.last_kb,
+            self.lived / SECOND
+        )
+    }
 }
 
 impl Violation {
@@ -72,6 +118,7 @@ impl Violation {
             Violation::FenceOrder { .. } => "fence-order",
             Violation::Late { .. } => "late",
             Violation::Hang { .. } => "hang",
+            Violation::Memory { .. } => "memory",
         }
     }
 }
@@ -109,6 +156,10 @@ impl fmt::Display for Violation {
             Violation::Hang { call, stopped } => {
                 write!(f, "{kind}: {call:?}, its process stopped at {stopped}")
             }
+            Violation::Memory { growth } => write!(
+                f,
+                "{kind}: {growth} (allowed: {MEMORY_SLACK_PERCENT}% or {MEMORY_SLACK_MIN_KB} kB)"
+            ),
         }
     }
 }
@@ -137,7 +188,52 @@ pub fn check(history: &History) -> Vec<Violation> {
     violations.extend(tokens(history));
     violations.extend(fences(history));
     violations.extend(calls(history));
+    violations.extend(
+        growths(history)
+            .into_iter()
+            .filter(Growth::too_much)
+            .map(|growth| Violation::Memory { growth }),
+    );
     violations
+}
+
+/// The memory of each process whose samples span `MEMORY_CHECKED_AFTER` or more (a process
+/// killed sooner, or every process of a short run, is not judged), by process name.
+pub fn growths(history: &History) -> Vec<Growth> {
+    let mut processes: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+    for sample in &history.memory {
+        processes.entry(&sample.process).or_default().push(sample);
+    }
+    let mut growths = Vec::new();
+    for (process, mut samples) in processes {
+        samples.sort_by_key(|s| s.at);
+        let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+            continue;
+        };
+        let lived = last.at - first.at;
+        if lived < MEMORY_CHECKED_AFTER {
+            continue;
+        }
+        let first_kb = samples
+            .iter()
+            .take_while(|s| s.at <= first.at + MEMORY_WINDOW)
+            .map(|s| s.rss_kb)
+            .max()
+            .unwrap_or(0);
+        let mut ending: Vec<u64> = samples
+            .iter()
+            .filter(|s| s.at >= last.at - MEMORY_WINDOW)
+            .map(|s| s.rss_kb)
+            .collect();
+        ending.sort_unstable();
+        growths.push(Growth {
+            process: process.to_owned(),
+            first_kb,
+            last_kb: ending[ending.len() / 2],
+            lived,
+        });
+    }
+    growths
 }
 
 /// Sections of each name, by when they began, with their overlapping pairs.
@@ -607,6 +703,57 @@ mod tests {
             .sections
             .push(section("m4", Kind::Mutex, &["c"], 150, 160));
         assert_eq!(kinds(&history), ["exclusion"]);
+    }
+
+    fn samples(history: &mut History, process: &str, seconds: u64, rss_kb: impl Fn(u64) -> u64) {
+        for second in (0..=seconds).step_by(2) {
+            history.memory.push(Sample {
+                process: process.into(),
+                at: 1_000 + second * SECOND,
+                rss_kb: rss_kb(second),
+            });
+        }
+    }
+
+    #[test]
+    fn memory_that_grows_past_the_bound_over_a_long_life() {
+        let mut history = clean();
+        // Flat but noisy, with a start-up peak: within the bound.
+        samples(&mut history, "flat", 300, |s| {
+            if s < 10 { 30_000 } else { 20_000 + s % 7 * 300 }
+        });
+        // A leak of 100 kB a second, a short-lived process that leaks faster, and a process
+        // that lived just under the span judged.
+        samples(&mut history, "leaky", 300, |s| 20_000 + s * 100);
+        samples(&mut history, "short", 100, |s| 20_000 + s * 1_000);
+        samples(&mut history, "almost", 118, |s| 20_000 + s * 1_000);
+        assert_eq!(kinds(&history), ["memory"]);
+        let Violation::Memory { growth } = &check(&history)[0] else {
+            unreachable!()
+        };
+        assert_eq!(growth.process, "leaky");
+        assert_eq!((growth.first_kb, growth.last_kb), (26_000, 47_000));
+        assert_eq!(growths(&history).len(), 2, "flat and leaky judged");
+    }
+
+    #[test]
+    fn memory_growth_within_a_quarter_or_4_mib_is_allowed() {
+        let growth = |first_kb, last_kb| Growth {
+            process: "p".into(),
+            first_kb,
+            last_kb,
+            lived: MEMORY_CHECKED_AFTER,
+        };
+        assert!(
+            !growth(10_000, 14_096).too_much(),
+            "4 MiB of a small process"
+        );
+        assert!(growth(10_000, 14_097).too_much());
+        assert!(
+            !growth(40_000, 50_000).too_much(),
+            "a quarter of a large one"
+        );
+        assert!(growth(40_000, 50_001).too_much());
     }
 
     #[test]

@@ -14,11 +14,19 @@ use redmutex::{Lock, Redlock, fenced_set};
 use crate::history::{Clock, Event, Kind, Nanos, monotonic};
 use crate::record::Recorder;
 
-/// The names every mutex, multi-name mutex and read-write lock shares.
-pub const NAMES: [&str; 3] = ["a", "b", "c"];
+/// The names every mutex, multi-name mutex and read-write lock shares. The third shares the
+/// first's slot (its hash tag), so that a multi-name lock of the two counts on the cluster member,
+/// which refuses names across slots.
+pub const NAMES: [&str; 3] = ["a", "b", "{a}c"];
 /// The semaphore's name and permits.
 pub const SEMAPHORE: &str = "sem";
 pub const PERMITS: u32 = 2;
+/// In runs with replica acknowledgements, the names and semaphore of the locks taken on the
+/// cluster member alone with `with_replica_acks(1)` (a standalone node never counts with it set,
+/// so these cannot go through the whole deployment); apart from `NAMES`, whose holders count on
+/// the other members too.
+pub const ACKED_NAMES: [&str; 3] = ["x", "y", "{x}z"];
+pub const ACKED_SEMAPHORE: &str = "xsem";
 /// The election's name.
 pub const ELECTION: &str = "lead";
 /// Every lock's expiry and the election's lease: short, so a node restarted empty can be kept
@@ -31,6 +39,8 @@ const MAX_WAIT: Duration = Duration::from_secs(2);
 const SLACK: Duration = Duration::from_secs(5);
 /// Tasks per process.
 const TASKS: usize = 5;
+/// How often a process records its resident memory.
+const MEMORY_EVERY: Duration = Duration::from_secs(2);
 
 /// What a client process is told on its command line.
 #[derive(Debug, Clone)]
@@ -38,6 +48,10 @@ pub struct Spec {
     pub process: String,
     pub history: PathBuf,
     pub urls: Vec<String>,
+    /// The Redis Cluster member, as one `connect` entry.
+    pub cluster: String,
+    /// Whether one task takes its locks on the cluster member alone, with replica acks.
+    pub acks: bool,
     pub store: String,
     pub deadline: Nanos,
     pub seed: u64,
@@ -51,9 +65,20 @@ enum Renew {
     Run,
 }
 
+/// Where a locking task takes its locks: the whole deployment, or (with replica acks) the
+/// cluster member alone.
+struct Flavor<'a> {
+    redlock: &'a Redlock,
+    names: &'a [&'a str],
+    semaphore: &'a str,
+    replica_acks: u32,
+}
+
 struct Client {
     process: String,
     redlock: Redlock,
+    /// With replica acks: a client of the cluster member alone.
+    acked: Option<Redlock>,
     store: redis::aio::MultiplexedConnection,
     recorder: Recorder,
     clock: Clock,
@@ -63,13 +88,21 @@ struct Client {
 
 /// Runs the client until the deadline, then records its stop.
 pub async fn run(spec: Spec) -> Result<(), crate::BoxError> {
-    let redlock = Redlock::connect(&spec.urls).await?;
+    let mut urls = spec.urls.clone();
+    urls.push(spec.cluster.clone());
+    let redlock = Redlock::connect(&urls).await?;
+    let acked = if spec.acks {
+        Some(Redlock::connect([&spec.cluster]).await?)
+    } else {
+        None
+    };
     let store = redis::Client::open(spec.store.as_str())?
         .get_multiplexed_async_connection()
         .await?;
     let client = Arc::new(Client {
         process: spec.process.clone(),
         redlock,
+        acked,
         store,
         recorder: Recorder::create(&spec.history)?,
         clock: Clock::new(),
@@ -82,13 +115,32 @@ pub async fn run(spec: Spec) -> Result<(), crate::BoxError> {
         let rng = StdRng::seed_from_u64(spec.seed ^ (task as u64).wrapping_mul(0x9e37_79b9));
         tasks.push(tokio::spawn(async move {
             // One task per process campaigns; the others lock.
+            // With replica acks, one task locks on the cluster member alone.
             if task == 0 {
                 client.campaigns(rng).await;
+            } else if let (1, Some(acked)) = (task, &client.acked) {
+                let flavor = Flavor {
+                    redlock: acked,
+                    names: &ACKED_NAMES,
+                    semaphore: ACKED_SEMAPHORE,
+                    replica_acks: 1,
+                };
+                client.locks(task, rng, flavor).await;
             } else {
-                client.locks(task, rng).await;
+                let flavor = Flavor {
+                    redlock: &client.redlock,
+                    names: &NAMES,
+                    semaphore: SEMAPHORE,
+                    replica_acks: 0,
+                };
+                client.locks(task, rng, flavor).await;
             }
         }));
     }
+    let sampler = {
+        let client = Arc::clone(&client);
+        tokio::spawn(async move { client.samples_memory().await })
+    };
     // A task stuck in a call past the deadline (and the grace a call may take) is not waited
     // for: its call stays open in the history, and the checker judges it against the stop
     // recorded here.
@@ -99,6 +151,7 @@ pub async fn run(spec: Spec) -> Result<(), crate::BoxError> {
         _ = all => {}
         () = grace => {}
     }
+    sampler.abort();
     client.recorder.record(&Event::Stop {
         process: spec.process,
         at: monotonic(),
@@ -138,22 +191,40 @@ impl Client {
         monotonic() < self.deadline
     }
 
-    async fn locks(&self, task: usize, mut rng: StdRng) {
+    /// Records this process's resident memory (`VmRSS` of /proc/self/status) every
+    /// `MEMORY_EVERY`, for the checker to compare the first and last minute of a long run.
+    async fn samples_memory(&self) {
+        loop {
+            if let Some(rss_kb) = resident_kb() {
+                self.recorder.record(&Event::Memory {
+                    process: self.process.clone(),
+                    at: monotonic(),
+                    rss_kb,
+                });
+            }
+            tokio::time::sleep(MEMORY_EVERY).await;
+        }
+    }
+
+    async fn locks(&self, task: usize, mut rng: StdRng, flavor: Flavor<'_>) {
         let holder = format!("{}/t{task}", self.process);
         let bound = MAX_WAIT + EXPIRY + SLACK;
+        let names = flavor.names;
         while self.running() {
-            let name = NAMES[rng.random_range(0..NAMES.len())];
+            let name = names[rng.random_range(0..names.len())];
             let choice = rng.random_range(0..10u32);
-            let mutex = self
+            let mutex = flavor
                 .redlock
                 .new_mutex(name)
                 .with_expiry(EXPIRY)
-                .with_max_wait(MAX_WAIT);
-            let rwlock = self
+                .with_max_wait(MAX_WAIT)
+                .with_replica_acks(flavor.replica_acks);
+            let rwlock = flavor
                 .redlock
                 .new_rwlock(name)
                 .with_expiry(EXPIRY)
-                .with_max_wait(MAX_WAIT);
+                .with_max_wait(MAX_WAIT)
+                .with_replica_acks(flavor.replica_acks);
             let (kind, acquired) = match choice {
                 0 => (Kind::Mutex, self.call("lock", bound, mutex.lock()).await),
                 1 => {
@@ -173,14 +244,15 @@ impl Client {
                     (Kind::Mutex, self.call("lock", bound, mutex.lock()).await)
                 }
                 5 => {
-                    let other = NAMES[(NAMES.iter().position(|n| *n == name).unwrap_or(0)
-                        + rng.random_range(1..NAMES.len()))
-                        % NAMES.len()];
-                    let multi = self
+                    let other = names[(names.iter().position(|n| *n == name).unwrap_or(0)
+                        + rng.random_range(1..names.len()))
+                        % names.len()];
+                    let multi = flavor
                         .redlock
                         .new_multi_mutex([name, other])
                         .with_expiry(EXPIRY)
-                        .with_max_wait(MAX_WAIT);
+                        .with_max_wait(MAX_WAIT)
+                        .with_replica_acks(flavor.replica_acks);
                     (Kind::Multi, self.call("lock", bound, multi.lock()).await)
                 }
                 6 | 7 => (Kind::Reader, self.call("read", bound, rwlock.read()).await),
@@ -192,11 +264,12 @@ impl Client {
                     )
                 }
                 _ => {
-                    let semaphore = self
+                    let semaphore = flavor
                         .redlock
-                        .new_semaphore(SEMAPHORE, PERMITS)
+                        .new_semaphore(flavor.semaphore, PERMITS)
                         .with_expiry(EXPIRY)
-                        .with_max_wait(MAX_WAIT);
+                        .with_max_wait(MAX_WAIT)
+                        .with_replica_acks(flavor.replica_acks);
                     let acquired = self.call("acquire", bound, semaphore.acquire()).await;
                     (Kind::Permit, acquired)
                 }
@@ -370,4 +443,17 @@ impl Client {
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..200))).await;
         }
     }
+}
+
+/// This process's resident set size in kB, from the `VmRSS:` line of /proc/self/status.
+fn resident_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()
 }

@@ -129,6 +129,12 @@ pub enum Event {
         start: Nanos,
         end: Nanos,
     },
+    /// A process's resident memory at `at`.
+    Memory {
+        process: String,
+        at: Nanos,
+        rss_kb: u64,
+    },
 }
 
 /// A critical section, from its holder's point of view.
@@ -198,6 +204,14 @@ pub struct Fault {
     pub end: Nanos,
 }
 
+/// A sample of a process's resident memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    pub process: String,
+    pub at: Nanos,
+    pub rss_kb: u64,
+}
+
 /// Every operation of a run, merged from all processes' events.
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -207,6 +221,7 @@ pub struct History {
     /// When each process that stopped on its own stopped.
     pub stops: HashMap<String, Nanos>,
     pub faults: Vec<Fault>,
+    pub memory: Vec<Sample>,
 }
 
 impl History {
@@ -273,6 +288,15 @@ impl History {
                     start,
                     end,
                     accepted,
+                }),
+                Event::Memory {
+                    process,
+                    at,
+                    rss_kb,
+                } => history.memory.push(Sample {
+                    process,
+                    at,
+                    rss_kb,
                 }),
                 Event::Stop { process, at } => {
                     history.stops.insert(process, at);

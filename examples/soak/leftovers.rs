@@ -12,10 +12,23 @@ pub fn may_stay(key: &str) -> bool {
     KEPT.iter().any(|suffix| key.ends_with(suffix))
 }
 
-/// Every key of every node that may not stay, as `(node, key, its PTTL)`.
-pub fn find(nodes: &redmutex_testenv::Cluster) -> Vec<(usize, String, i64)> {
+/// Every key of every standalone node and every master of the cluster member that may not stay,
+/// as `(node, key, its PTTL)`.
+pub fn find(
+    nodes: &redmutex_testenv::Cluster,
+    member: &redmutex_testenv::RedisCluster,
+) -> Vec<(String, String, i64)> {
+    let standalone = nodes
+        .nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, node)| (format!("node-{i}"), node));
+    let masters = member
+        .masters()
+        .into_iter()
+        .map(|node| (format!("cluster master {}", node.port()), node));
     let mut found = Vec::new();
-    for (i, node) in nodes.nodes().iter().enumerate() {
+    for (i, node) in standalone.chain(masters) {
         let mut connection = node.connection();
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("*")
@@ -23,7 +36,7 @@ pub fn find(nodes: &redmutex_testenv::Cluster) -> Vec<(usize, String, i64)> {
             .expect("KEYS answers");
         for key in keys.into_iter().filter(|key| !may_stay(key)) {
             let ttl = node.pttl(&key);
-            found.push((i, key, ttl));
+            found.push((i.clone(), key, ttl));
         }
     }
     found

@@ -6,10 +6,15 @@
 //! cargo run --release --example soak -- --seconds 60 [--seed 42] [--keep]
 //! ```
 //!
-//! Three standalone nodes (and a fourth, never faulted, for the resources that check fencing
-//! tokens); three client processes, each through proxies of its own. After the clients stop and
-//! every lock has expired, the nodes may keep only the documented counters and records
-//! (`leftovers.rs`); any other key counts as a violation. The last line is
+//! Four members: three standalone nodes and a Redis Cluster of three masters with a replica each
+//! (and a standalone node apart, never faulted, for the resources that check fencing tokens);
+//! three client processes, each through proxies of its own to the standalone nodes (a cluster
+//! client finds the cluster's nodes by their own addresses). In runs with an odd seed, one task
+//! of each client also locks on the cluster member alone with `with_replica_acks(1)`, on names
+//! of its own. After the clients stop and every lock has expired, the nodes may keep only the
+//! documented counters and records (`leftovers.rs`); any other key counts as a violation. Each
+//! client's resident memory is sampled, and in runs of 2 minutes or more the first and the last
+//! minute of every client that lived that long are compared (`checker::growths`). The last line is
 //! `soak: <ops> operations, <violations> violations, <faults> faults, <seconds> s`, and the exit
 //! status is non-zero on any violation. The histories are kept (their directory is printed) when
 //! there is a violation, or with `--keep`. The same seed replays the same faults in the same order
@@ -53,15 +58,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--client NAME HISTORY URLS STORE DEADLINE SEED`, as `processes.rs` starts it.
+/// `--client NAME HISTORY URLS CLUSTER ACKS STORE DEADLINE SEED`, as `processes.rs` starts it.
 fn client_process(args: &[String]) -> Result<(), BoxError> {
-    let [process, history, urls, store, deadline, seed] = args else {
+    let [process, history, urls, cluster, acks, store, deadline, seed] = args else {
         return Err(format!("bad client arguments: {args:?}").into());
     };
     let spec = client::Spec {
         process: process.clone(),
         history: history.into(),
         urls: urls.split(',').map(String::from).collect(),
+        cluster: cluster.clone(),
+        acks: acks == "acks",
         store: store.clone(),
         deadline: deadline.parse()?,
         seed: seed.parse()?,
@@ -89,29 +96,36 @@ fn soak(args: &[String]) -> Result<bool, BoxError> {
             _ => return Err(format!("unknown argument {arg}").into()),
         }
     }
-    println!("soak: seed {seed}, {seconds} s");
+    // Odd seeds add the locks on the cluster member alone, with replica acks.
+    let acks = seed % 2 == 1;
+    println!(
+        "soak: seed {seed}, {seconds} s, replica acks on the cluster member: {}",
+        if acks { "yes" } else { "no" }
+    );
     let began = Instant::now();
     let dir = std::env::temp_dir().join(format!("redmutex-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let nodes = redmutex_testenv::Cluster::try_start(3)?;
+    let member = redmutex_testenv::RedisCluster::try_start(3, 1)?;
     let store = redmutex_testenv::Cluster::try_start(1)?;
+    // One `connect` entry: a cluster client that starts from any of them.
+    let cluster = member.urls().join("|");
     let deadline = monotonic() + seconds * 1_000_000_000;
+    let run = processes::Run {
+        cluster,
+        acks,
+        store: store.node(0).url(),
+        dir: dir.clone(),
+        deadline,
+        seed,
+    };
     let mut clients = (0..CLIENTS)
-        .map(|slot| {
-            ClientProcess::spawn(
-                slot,
-                nodes.proxies(),
-                store.node(0).url(),
-                &dir,
-                deadline,
-                seed,
-            )
-        })
+        .map(|slot| ClientProcess::spawn(slot, nodes.proxies(), run.clone()))
         .collect::<Result<Vec<_>, _>>()?;
 
     let counts = {
         let recorder = Recorder::create(&dir.join("nemesis.jsonl"))?;
-        let mut nemesis = nemesis::Nemesis::new(&nodes, &mut clients, recorder, seed);
+        let mut nemesis = nemesis::Nemesis::new(&nodes, &member, &mut clients, recorder, seed);
         nemesis.run_until(deadline)?;
         nemesis.counts
     };
@@ -126,7 +140,7 @@ fn soak(args: &[String]) -> Result<bool, BoxError> {
 
     // Nothing may stay but counters and records once every lock has expired.
     std::thread::sleep(leftovers::quiet(client::EXPIRY));
-    let left = leftovers::find(&nodes);
+    let left = leftovers::find(&nodes, &member);
     for (node, key, ttl) in &left {
         println!("leftover: node {node} keeps {key:?} (PTTL {ttl} ms)");
     }
@@ -145,6 +159,17 @@ fn soak(args: &[String]) -> Result<bool, BoxError> {
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
     for violation in &violations {
         *by_kind.entry(violation.kind()).or_default() += 1;
+    }
+    if seconds * 1_000_000_000 < checker::MEMORY_CHECKED_AFTER {
+        println!("memory: not checked (run shorter than 2 min)");
+    } else {
+        let growths = checker::growths(&history);
+        if growths.is_empty() {
+            println!("memory: not checked (no client lived 2 min)");
+        }
+        for growth in growths {
+            println!("memory: {growth}");
+        }
     }
     let faults: u64 = counts.values().sum();
     println!(

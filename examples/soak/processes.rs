@@ -1,13 +1,28 @@
 //! The client processes: this program again, with `--client`, each reaching the nodes through
 //! proxies of its own so that the nemesis can delay or cut off one client's links alone.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 
 use rustix::process::{Pid, Signal, kill_process};
 
 use crate::BoxError;
 use crate::history::Nanos;
+
+/// What every client process is told, whatever its slot.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The Redis Cluster member, as one `connect` entry.
+    pub cluster: String,
+    /// Whether the clients also lock on the cluster member alone, with replica acks.
+    pub acks: bool,
+    /// The resources' node.
+    pub store: String,
+    /// Where the histories go.
+    pub dir: PathBuf,
+    pub deadline: Nanos,
+    pub seed: u64,
+}
 
 /// One client slot: the process now running in it (a killed one is replaced by the next
 /// generation), and its proxies.
@@ -17,20 +32,14 @@ pub struct ClientProcess {
     pub name: String,
     child: Option<Child>,
     pub proxies: redmutex_testenv::Proxies,
-    store: String,
-    dir: PathBuf,
-    deadline: Nanos,
-    seed: u64,
+    run: Run,
 }
 
 impl ClientProcess {
     pub fn spawn(
         slot: usize,
         proxies: redmutex_testenv::Proxies,
-        store: String,
-        dir: &Path,
-        deadline: Nanos,
-        seed: u64,
+        run: Run,
     ) -> Result<ClientProcess, BoxError> {
         let mut process = ClientProcess {
             slot,
@@ -38,10 +47,7 @@ impl ClientProcess {
             name: String::new(),
             child: None,
             proxies,
-            store,
-            dir: dir.to_owned(),
-            deadline,
-            seed,
+            run,
         };
         process.start()?;
         Ok(process)
@@ -49,15 +55,18 @@ impl ClientProcess {
 
     fn start(&mut self) -> Result<(), BoxError> {
         self.name = format!("client-{}-{}", self.slot, self.generation);
-        let history = self.dir.join(format!("{}.jsonl", self.name));
-        let seed = self.seed ^ ((self.slot as u64) << 32) ^ self.generation as u64;
+        let run = &self.run;
+        let history = run.dir.join(format!("{}.jsonl", self.name));
+        let seed = run.seed ^ ((self.slot as u64) << 32) ^ self.generation as u64;
         let child = Command::new(std::env::current_exe()?)
             .arg("--client")
             .arg(&self.name)
             .arg(history)
             .arg(self.proxies.urls().join(","))
-            .arg(&self.store)
-            .arg(self.deadline.to_string())
+            .arg(&run.cluster)
+            .arg(if run.acks { "acks" } else { "no-acks" })
+            .arg(&run.store)
+            .arg(run.deadline.to_string())
             .arg(seed.to_string())
             .spawn()?;
         self.child = Some(child);

@@ -6,7 +6,8 @@
 //! own port, temporary directory and log file, started with persistence off. Each [`Node`] can be
 //! inspected with a plain synchronous client and faulted on purpose: killed, paused (`SIGSTOP`),
 //! resumed, restarted on the same port with empty data (now, or after a delay with
-//! [`Node::restart_after`]), and given a key's early expiry ([`Node::shorten`]) as if its clock had
+//! [`Node::restart_after`]) or with its data kept ([`Node::restart_keeping_data`], as a node
+//! with persistence), and given a key's early expiry ([`Node::shorten`]) as if its clock had
 //! jumped. Everything is cleaned up on drop.
 //!
 //! Faults of the network between one client and one node come from a [`Proxy`] in front of the

@@ -41,6 +41,9 @@ const LOG_FILE: &str = "redis.log";
 const OUTPUT_FILE: &str = "redis.out";
 /// A cluster node's own view of the cluster, kept across restarts so the node rejoins as itself.
 const CLUSTER_CONFIG_FILE: &str = "nodes.conf";
+/// Where `SHUTDOWN SAVE` writes the data (Redis's default `dbfilename`, in `--dir`), and where a
+/// starting node loads it from.
+const SNAPSHOT_FILE: &str = "dump.rdb";
 
 /// One `redis-server` process on `127.0.0.1`, with its own temporary directory and log file.
 ///
@@ -293,6 +296,81 @@ impl Node {
             self.dir.path(),
         )
         .unwrap_or_else(|e| panic!("testenv: restarting node on port {}: {e}", self.port));
+    }
+
+    /// Stops the process with `SHUTDOWN SAVE` (which writes every key, each with its absolute
+    /// expiry, to a snapshot in the node's directory before it exits), then starts a new one on
+    /// the same port that loads the snapshot, and waits until it answers `PING`: a restart of a
+    /// node with persistence that lost nothing. The snapshot is deleted once loaded, so a later
+    /// [`restart`](Node::restart) still starts empty. Keys whose expiry passed meanwhile are gone.
+    ///
+    /// A paused node is resumed first. A pending [`restart_after`](Node::restart_after) is
+    /// cancelled.
+    ///
+    /// # Panics
+    ///
+    /// If the node is not running, does not exit within 10 s of `SHUTDOWN SAVE`, or the new
+    /// process does not become ready.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let cluster = redmutex_testenv::Cluster::start(1);
+    /// let node = cluster.node(0);
+    /// node.set_px("lock", "mine", Duration::from_secs(30));
+    /// node.restart_keeping_data();
+    /// assert_eq!(node.get("lock").as_deref(), Some("mine"));
+    /// assert!(node.pttl("lock") > 0);
+    /// node.restart();
+    /// assert_eq!(node.get("lock"), None);
+    /// ```
+    pub fn restart_keeping_data(&self) {
+        let mut state = self.lock();
+        self.supersede(&mut state);
+        let pid = state.running_pid().unwrap_or_else(|| {
+            panic!(
+                "testenv: cannot restart node on port {} keeping its data: it is not running",
+                self.port
+            )
+        });
+        if state.paused {
+            send_signal(pid, Signal::CONT, self.port);
+            wait_for_process_state(pid, false, self.port);
+            state.paused = false;
+        }
+        // The connection closes as the server exits: the reply is an error whatever happens, and
+        // the process's exit is what says the snapshot was written.
+        let _ = self
+            .try_connection()
+            .and_then(|mut con| redis::cmd("SHUTDOWN").arg("SAVE").query::<()>(&mut con));
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let child = state.child.as_mut().expect("running above");
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => break,
+                Ok(None) if Instant::now() < deadline => thread::sleep(POLL_INTERVAL),
+                outcome => panic!(
+                    "testenv: node on port {} did not stop cleanly on SHUTDOWN SAVE: {outcome:?}",
+                    self.port
+                ),
+            }
+        }
+        state.child = None;
+        respawn(
+            &mut state,
+            &self.binary,
+            self.port,
+            self.tls.as_ref(),
+            self.cluster,
+            self.dir.path(),
+        )
+        .unwrap_or_else(|e| panic!("testenv: restarting node on port {}: {e}", self.port));
+        let snapshot = self.dir.path().join(SNAPSHOT_FILE);
+        fs::remove_file(&snapshot).unwrap_or_else(|e| {
+            panic!("testenv: removing the snapshot {}: {e}", snapshot.display())
+        });
     }
 
     /// Kills the process now, and starts a new one on the same port with empty data after `delay`,

@@ -279,6 +279,35 @@ fn restart_after_keeps_the_node_down_for_the_delay() {
 }
 
 #[test]
+fn restart_keeping_data_keeps_keys_and_their_expiry_even_from_a_paused_node() {
+    let cluster = Cluster::start(1);
+    let node = cluster.node(0);
+    let first_pid = node.pid().unwrap();
+    node.set("kept", "v");
+    node.set_px("expiring", "v", Duration::from_secs(60));
+    node.set_px("gone", "v", Duration::from_millis(300));
+    node.pause();
+
+    node.restart_keeping_data();
+    assert_ne!(node.pid().unwrap(), first_pid, "a new process");
+    assert!(!node.is_paused());
+    assert_eq!(node.get("kept").as_deref(), Some("v"));
+    assert_eq!(node.pttl("kept"), -1);
+    let left = node.pttl("expiring");
+    assert!(left > 50_000 && left <= 60_000, "{left}");
+    thread_sleep_ms(400);
+    assert_eq!(
+        node.get("gone"),
+        None,
+        "its expiry ran on across the restart"
+    );
+
+    // The snapshot was loaded once: an ordinary restart is empty again.
+    node.restart();
+    assert_eq!(node.dbsize(), 0);
+}
+
+#[test]
 fn restart_after_is_cancelled_by_kill_restart_and_another_restart_after() {
     let cluster = Cluster::start(1);
     let node = cluster.node(0);

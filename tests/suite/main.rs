@@ -47,6 +47,7 @@ mod safety;
 mod same_server;
 mod semaphore;
 mod semaphore_safety;
+mod soak_controls;
 mod tracing;
 mod versions;
 mod wake;
