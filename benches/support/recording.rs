@@ -1,6 +1,7 @@
 //! The recorder of the **redmutex metrics** contender (built with `--features metrics`): a
-//! Prometheus recorder, installed for the whole process once and switched on for that
-//! contender's rounds only, so that every other row records nothing. A thread renders it every
+//! Prometheus recorder, installed for the whole process at that contender's first round and
+//! switched on for its rounds only, so that every other row records nothing (rows before it run
+//! with no recorder installed, rows after it with this one switched off). A thread renders it every
 //! 5 s, as a scraper would make it. `BENCH_METRICS_FILTER=name,...` drops those series as
 //! metrics-util's `FilterLayer` does (say, `redmutex_node_seconds`).
 //!
@@ -37,8 +38,13 @@ mod switched {
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
     ];
 
+    /// Installs the recorder the first time a round records: a run without the metrics
+    /// contender installs none, so that its rows measure the library with no recorder at all
+    /// (what `benches/instructions.sh` with `FEATURES='--features metrics'` compares).
     pub fn record(on: bool) {
-        INSTALLED.get_or_init(install);
+        if on {
+            INSTALLED.get_or_init(install);
+        }
         ON.store(on, Ordering::SeqCst);
     }
 
