@@ -10,12 +10,13 @@ use redis::Commands;
 use redmutex::{Error, Mutex, NodeErrorKind, Redlock};
 use redmutex_testenv::{Cluster, Node, RedisCluster};
 
-/// A mutex with room for WAIT (its timeout is half the node timeout: 300 ms here).
+/// A mutex with room for WAIT (its timeout is half the node timeout: 750 ms here, for a loaded
+/// machine).
 fn acked(redlock: &Redlock, name: &str, replicas: u32) -> Mutex {
     redlock
         .new_mutex(name)
         .with_expiry(Duration::from_secs(30))
-        .with_timeout_factor(0.02)
+        .with_timeout_factor(0.05)
         .with_retry_delay(Duration::from_millis(10))
         .with_tries(2)
         .with_replica_acks(replicas)
@@ -38,6 +39,13 @@ fn replicate(master: &Node, replica: &Node) {
         .arg(master.port())
         .query::<()>(&mut connection)
         .expect("REPLICAOF");
+    linked(replica);
+}
+
+/// Waits until `replica`'s link to its master is up: a replica still in its first sync
+/// acknowledges nothing, and a loaded machine can take longer than WAIT's timeout for it.
+fn linked(replica: &Node) {
+    let mut connection = replica.connection();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let info: String = redis::cmd("INFO")
@@ -66,6 +74,7 @@ async fn a_lock_counts_once_its_replica_has_the_key() {
     let name = "replica-acks:on-the-replica";
     let master = cluster.master_of_key(name);
     let replica = cluster.replicas_of(master)[0];
+    linked(replica);
     let waits = || master.calls("wait");
 
     let plain = acked(&redlock, name, 0).lock().await.expect("free");
