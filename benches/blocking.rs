@@ -105,106 +105,126 @@ impl Client {
         warm_up: Duration,
         length: Duration,
     ) -> Vec<Duration> {
-        let started = Instant::now();
-        let (measure_from, stop_at) = (started + warm_up, started + warm_up + length);
+        let window = Window::new(warm_up, length);
         match self {
-            Client::Async(runtime, redlock) => runtime.block_on(async {
-                let tasks: Vec<_> = (0..lockers)
-                    .map(|n| {
-                        let mutex = redlock.new_mutex(format!("{prefix}:{n}"));
-                        tokio::spawn(async move {
-                            let mut cycles = Vec::new();
-                            while Instant::now() < stop_at {
-                                let start = Instant::now();
-                                let lock = mutex.lock().await.expect("own name");
-                                lock.unlock().await.expect("held");
-                                if start >= measure_from {
-                                    cycles.push(start.elapsed());
-                                }
-                            }
-                            cycles
+            Client::Async(runtime, redlock) => runtime.block_on(tasks((0..lockers).map(|n| {
+                let mutex = redlock.new_mutex(format!("{prefix}:{n}"));
+                async move {
+                    let mutex = &mutex;
+                    window
+                        .time_async(|| async move {
+                            let lock = mutex.lock().await.expect("own name");
+                            lock.unlock().await.expect("held");
                         })
-                    })
-                    .collect();
-                let mut all = Vec::new();
-                for task in tasks {
-                    all.extend(task.await.expect("no panic"));
+                        .await
                 }
-                all
-            }),
-            Client::Blocking(redlock) => {
+            }))),
+            Client::Blocking(redlock) => std::thread::scope(|scope| {
                 let threads: Vec<_> = (0..lockers)
                     .map(|n| {
                         let mutex = redlock.new_mutex(format!("{prefix}:{n}"));
-                        std::thread::spawn(move || {
-                            let mut cycles = Vec::new();
-                            while Instant::now() < stop_at {
-                                let start = Instant::now();
+                        scope.spawn(move || {
+                            window.time(|| {
                                 let lock = mutex.lock().expect("own name");
                                 lock.unlock().expect("held");
-                                if start >= measure_from {
-                                    cycles.push(start.elapsed());
-                                }
-                            }
-                            cycles
+                            })
                         })
                     })
                     .collect();
-                threads
-                    .into_iter()
-                    .flat_map(|thread| thread.join().expect("no panic"))
-                    .collect()
-            }
-            Client::Floor(runtime, floor, false) => runtime.block_on(async {
-                let tasks: Vec<_> = (0..lockers)
-                    .map(|n| {
-                        let (floor, key) = (Arc::clone(floor), format!("{prefix}:{n}"));
-                        tokio::spawn(async move {
-                            let mut cycles = Vec::new();
-                            while Instant::now() < stop_at {
-                                let start = Instant::now();
-                                floor.cycle_async(&key).await;
-                                if start >= measure_from {
-                                    cycles.push(start.elapsed());
-                                }
-                            }
-                            cycles
-                        })
-                    })
-                    .collect();
-                let mut all = Vec::new();
-                for task in tasks {
-                    all.extend(task.await.expect("no panic"));
-                }
-                all
+                joined(threads)
             }),
+            Client::Floor(runtime, floor, false) => {
+                runtime.block_on(tasks((0..lockers).map(|n| {
+                    let (floor, key) = (Arc::clone(floor), format!("{prefix}:{n}"));
+                    async move {
+                        let (floor, key) = (&floor, key.as_str());
+                        window
+                            .time_async(|| async move { floor.cycle_async(key).await })
+                            .await
+                    }
+                })))
+            }
             Client::Floor(runtime, floor, true) => {
                 let handle = runtime.handle();
                 std::thread::scope(|scope| {
                     let threads: Vec<_> = (0..lockers)
                         .map(|n| {
                             let key: Arc<str> = format!("{prefix}:{n}").into();
-                            scope.spawn(move || {
-                                let mut cycles = Vec::new();
-                                while Instant::now() < stop_at {
-                                    let start = Instant::now();
-                                    floor.cycle_bridged(handle, &key);
-                                    if start >= measure_from {
-                                        cycles.push(start.elapsed());
-                                    }
-                                }
-                                cycles
-                            })
+                            scope.spawn(move || window.time(|| floor.cycle_bridged(handle, &key)))
                         })
                         .collect();
-                    threads
-                        .into_iter()
-                        .flat_map(|thread| thread.join().expect("no panic"))
-                        .collect()
+                    joined(threads)
                 })
             }
         }
     }
+}
+
+/// When a round's cycles count: after its warm-up, until its end.
+#[derive(Clone, Copy)]
+struct Window {
+    measure_from: Instant,
+    stop_at: Instant,
+}
+
+impl Window {
+    fn new(warm_up: Duration, length: Duration) -> Window {
+        let started = Instant::now();
+        Window {
+            measure_from: started + warm_up,
+            stop_at: started + warm_up + length,
+        }
+    }
+
+    /// Runs `cycle` until the end; the duration of each one that began after the warm-up.
+    fn time(self, mut cycle: impl FnMut()) -> Vec<Duration> {
+        let mut cycles = Vec::new();
+        while Instant::now() < self.stop_at {
+            let start = Instant::now();
+            cycle();
+            if start >= self.measure_from {
+                cycles.push(start.elapsed());
+            }
+        }
+        cycles
+    }
+
+    /// [`time`](Self::time) for a cycle that is a future.
+    async fn time_async<F: Future<Output = ()>>(
+        self,
+        mut cycle: impl FnMut() -> F,
+    ) -> Vec<Duration> {
+        let mut cycles = Vec::new();
+        while Instant::now() < self.stop_at {
+            let start = Instant::now();
+            cycle().await;
+            if start >= self.measure_from {
+                cycles.push(start.elapsed());
+            }
+        }
+        cycles
+    }
+}
+
+/// Runs each locker as a task of the current runtime; every cycle of all of them.
+async fn tasks<F>(lockers: impl Iterator<Item = F>) -> Vec<Duration>
+where
+    F: Future<Output = Vec<Duration>> + Send + 'static,
+{
+    let tasks: Vec<_> = lockers.map(tokio::spawn).collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("no panic"));
+    }
+    all
+}
+
+/// Every cycle of the lockers' threads.
+fn joined(threads: Vec<std::thread::ScopedJoinHandle<'_, Vec<Duration>>>) -> Vec<Duration> {
+    threads
+        .into_iter()
+        .flat_map(|thread| thread.join().expect("no panic"))
+        .collect()
 }
 
 /// The wire work of a lock and an unlock on every node, with the redis crate alone.

@@ -287,8 +287,13 @@ impl Node {
     pub fn restart(&self) {
         let mut state = self.lock();
         self.supersede(&mut state);
+        self.respawn(&mut state);
+    }
+
+    /// [`respawn`] of this node, under its lock; panics if the new process does not come up.
+    fn respawn(&self, state: &mut State) {
         respawn(
-            &mut state,
+            state,
             &self.binary,
             self.port,
             self.tls.as_ref(),
@@ -358,15 +363,7 @@ impl Node {
             }
         }
         state.child = None;
-        respawn(
-            &mut state,
-            &self.binary,
-            self.port,
-            self.tls.as_ref(),
-            self.cluster,
-            self.dir.path(),
-        )
-        .unwrap_or_else(|e| panic!("testenv: restarting node on port {}: {e}", self.port));
+        self.respawn(&mut state);
         let snapshot = self.dir.path().join(SNAPSHOT_FILE);
         fs::remove_file(&snapshot).unwrap_or_else(|e| {
             panic!("testenv: removing the snapshot {}: {e}", snapshot.display())

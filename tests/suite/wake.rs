@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redmutex::{Lock, Mutex, Redlock};
+use redmutex::{Error, Lock, Mutex, Redlock};
 use redmutex_testenv::Cluster;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::support::{client, eventually, mark_waited, waiters_mark, within};
 
@@ -356,11 +357,12 @@ async fn a_default_waiter_is_woken_by_a_default_holders_unlock() {
     settle(&cluster, 3).await;
     let released = Instant::now();
     held.unlock().await.expect("unlock");
-    let next = tokio::time::timeout(Duration::from_secs(1), task)
-        .await
-        .expect("the waiter's retry delay is 10 s: only a release notice hands it the lock within a second")
-        .expect("task")
-        .expect("the waiter gets the lock");
+    let next = woken(
+        task,
+        Duration::from_secs(1),
+        "the waiter's retry delay is 10 s: only a release notice hands it the lock within a second",
+    )
+    .await;
     assert!(released.elapsed() < Duration::from_secs(1));
     next.unlock().await.expect("unlock");
 }
@@ -438,15 +440,38 @@ async fn a_lost_notice_ends_in_a_retry() {
         node.del(&waiters_mark(name));
     }
     held.unlock().await.expect("unlock");
-    let next = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("the waiter retried after its delay of 1 s")
-        .expect("task")
-        .expect("the waiter gets the lock");
+    let next = woken(
+        task,
+        Duration::from_secs(10),
+        "the waiter retried after its delay of 1 s",
+    )
+    .await;
     for node in cluster.nodes() {
         assert_eq!(node.calls("publish"), 0, "no notice went out");
     }
     next.unlock().await.expect("unlock");
+}
+
+/// Two clients of `cluster`, and `name` taken through the first for `expiry`: the second, to
+/// wait with, and the lock.
+async fn held_by_another(cluster: &Cluster, name: &str, expiry: Duration) -> (Redlock, Lock) {
+    let (holding, waiting) = (client(cluster).await, client(cluster).await);
+    let held = holding
+        .new_mutex(name)
+        .with_expiry(expiry)
+        .lock()
+        .await
+        .expect("free lock");
+    (waiting, held)
+}
+
+/// The lock of the waiter `task`, which must come within `within` (`why` says what that shows).
+async fn woken(task: JoinHandle<Result<Lock, Error>>, within: Duration, why: &str) -> Lock {
+    tokio::time::timeout(within, task)
+        .await
+        .expect(why)
+        .expect("task")
+        .expect("the waiter gets the lock")
 }
 
 /// PSETEX commands (the waiters' marks) each node received so far.
@@ -464,14 +489,8 @@ fn marks_sent(cluster: &Cluster) -> Vec<u64> {
 #[tokio::test]
 async fn a_polling_waiter_marks_the_name_once_not_with_each_attempt() {
     let cluster = Cluster::start(3);
-    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
     let name = "wake:poll-marks";
-    let held = holding
-        .new_mutex(name)
-        .with_expiry(Duration::from_secs(30))
-        .lock()
-        .await
-        .expect("free lock");
+    let (waiting, held) = held_by_another(&cluster, name, Duration::from_secs(30)).await;
     let waiter = waiting
         .new_mutex(name)
         .with_retry_delay(Duration::from_millis(20))
@@ -510,14 +529,8 @@ fn released_elsewhere(node: &redmutex_testenv::Node, name: &str, value: &str) {
 #[tokio::test]
 async fn marks_taken_by_a_release_that_woke_nobody_are_set_again() {
     let cluster = Cluster::start(5);
-    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
     let name = "wake:spent-marks";
-    let held = holding
-        .new_mutex(name)
-        .with_expiry(Duration::from_secs(30))
-        .lock()
-        .await
-        .expect("free lock");
+    let (waiting, held) = held_by_another(&cluster, name, Duration::from_secs(30)).await;
     let delay = Duration::from_secs(3);
     let waiter = waiting.new_mutex(name).with_retry_delay(delay);
     let task = tokio::spawn(async move { waiter.lock().await });
@@ -537,11 +550,12 @@ async fn marks_taken_by_a_release_that_woke_nobody_are_set_again() {
         .collect();
     assert_eq!(marked, [true; 5], "every node marked again");
     held.unlock().await.expect("unlock");
-    let next = tokio::time::timeout(delay / 2, task)
-        .await
-        .expect("woken by the release, not by the retry delay of 3 s")
-        .expect("task")
-        .expect("the waiter gets the lock");
+    let next = woken(
+        task,
+        delay / 2,
+        "woken by the release, not by the retry delay of 3 s",
+    )
+    .await;
     next.unlock().await.expect("unlock");
 }
 
@@ -550,14 +564,8 @@ async fn marks_taken_by_a_release_that_woke_nobody_are_set_again() {
 #[tokio::test]
 async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
     let cluster = Cluster::start(3);
-    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
     let name = "wake:long-wait";
-    let held = holding
-        .new_mutex(name)
-        .with_expiry(Duration::from_secs(60))
-        .lock()
-        .await
-        .expect("free lock");
+    let (waiting, held) = held_by_another(&cluster, name, Duration::from_secs(60)).await;
     let waiter = waiting.new_mutex(name).with_retry_delay(FALLBACK);
     let task = tokio::spawn(async move { waiter.lock().await });
     eventually("the waiter's marked attempt", || {
@@ -575,11 +583,12 @@ async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
         "the marked attempt's marks, and one renewal"
     );
     held.unlock().await.expect("unlock");
-    let next = tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("woken by the release (the retry delay is a minute)")
-        .expect("task")
-        .expect("the waiter gets the lock");
+    let next = woken(
+        task,
+        Duration::from_secs(5),
+        "woken by the release (the retry delay is a minute)",
+    )
+    .await;
     next.unlock().await.expect("unlock");
 }
 
@@ -589,14 +598,8 @@ async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
 #[tokio::test]
 async fn marks_are_set_again_after_a_listener_reconnected() {
     let cluster = Cluster::start(3);
-    let (holding, waiting) = (client(&cluster).await, client(&cluster).await);
     let name = "wake:reconnected";
-    let held = holding
-        .new_mutex(name)
-        .with_expiry(Duration::from_secs(30))
-        .lock()
-        .await
-        .expect("free lock");
+    let (waiting, held) = held_by_another(&cluster, name, Duration::from_secs(30)).await;
     let delay = Duration::from_secs(3);
     let waiter = waiting.new_mutex(name).with_retry_delay(delay);
     let task = tokio::spawn(async move { waiter.lock().await });
@@ -619,10 +622,11 @@ async fn marks_are_set_again_after_a_listener_reconnected() {
         assert!(node.exists(&waiters_mark(name)), "every node marked again");
     }
     held.unlock().await.expect("unlock");
-    let next = tokio::time::timeout(delay / 2, task)
-        .await
-        .expect("woken by the release, not by the retry delay of 3 s")
-        .expect("task")
-        .expect("the waiter gets the lock");
+    let next = woken(
+        task,
+        delay / 2,
+        "woken by the release, not by the retry delay of 3 s",
+    )
+    .await;
     next.unlock().await.expect("unlock");
 }
