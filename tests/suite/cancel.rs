@@ -552,6 +552,11 @@ async fn a_checkup_cut_anywhere_leaves_only_an_expiring_scratch_key() {
             .expect("KEYS");
         for key in keys {
             let pttl = cluster.node(0).pttl(&key);
+            // -2: gone between KEYS and PTTL, deleted by the cut checkup's own unlock, which was
+            // still on its delayed way to the node. A key without an expiry (-1) is the failure.
+            if pttl == -2 {
+                continue;
+            }
             assert!(pttl > 0 && pttl <= 10_000, "{key}: PTTL {pttl}");
             cluster.node(0).del(&key);
             left += 1;
