@@ -42,15 +42,26 @@ pub fn find(
     found
 }
 
+/// How long a waiter's mark lives, whoever sets it (doc/keys.md): one set as the clients stop
+/// outlives every lock of theirs.
+const MARK_LIFE: Duration = Duration::from_secs(10);
+
 /// How long after the last client stopped every key of theirs has expired: the longest expiry,
-/// and the marks that outlive it (a waiting writer's lives at most an expiry), twice over.
+/// and the keys that outlive it (a waiting writer's mark lives at most an expiry), twice over; and
+/// never less than a waiter's mark lives, and a second.
 pub fn quiet(expiry: Duration) -> Duration {
-    expiry * 4
+    (expiry * 4).max(MARK_LIFE + Duration::from_secs(1))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_quiet_period_outlasts_a_waiters_mark() {
+        assert!(quiet(Duration::from_secs(1)) > MARK_LIFE);
+        assert_eq!(quiet(Duration::from_secs(5)), Duration::from_secs(20));
+    }
 
     #[test]
     fn only_counters_and_records_may_stay() {
