@@ -112,10 +112,11 @@ impl MutexTarget {
                 cmd
             }
             Op::Release { hand_off: true, .. } => {
-                // A fair mutex's name has a slot prefix (`check_beside`), hence a mark.
-                let cluster = match (member, waiters_key(name, member), self.notices(member)) {
-                    (Member::Cluster, Some(mark), Some(notices)) => Some((mark, notices)),
-                    _ => None,
+                // A fair mutex's name has a slot prefix (`check_beside`), hence a mark. Made only
+                // for a cluster: a standalone server's script makes it from the name.
+                let cluster = match member {
+                    Member::Cluster => waiters_key(name, member).zip(self.notices(member)),
+                    Member::Standalone => None,
                 };
                 let cluster = cluster
                     .as_ref()

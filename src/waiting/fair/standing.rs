@@ -11,26 +11,36 @@ use crate::error::NodeErrorKind;
 pub(crate) struct Standing {
     /// Nodes whose agreement holds the lock.
     quorum: usize,
-    /// Per node: the start of the last round that renewed our entry there, while we are in line
-    /// there. The entry lives at least an expiry from that moment.
-    renewed: Vec<Option<Instant>>,
-    /// Per node: our ticket there, while we are in line there.
-    tickets: Vec<Option<u64>>,
+    /// Nodes the waiter sends its rounds to.
+    nodes: usize,
+    /// Per node, from the first round on: most fair calls never make one (their plain entry
+    /// takes the lock), so they allocate nothing here.
+    places: Vec<OnNode>,
     /// The highest ticket we had anywhere: our ticket still once every node handed us the key.
     last_ticket: Option<u64>,
-    /// Per node: a moment from which the key holding our value there lives at least an expiry:
-    /// the start of the round that took or extended it, or, for a key handed to us, the renewal
-    /// of the entry it was handed for.
-    granted: Vec<Option<Instant>>,
     /// A grant notice came that only a round can confirm.
     unconfirmed: bool,
-    /// Per node: our last round there went unanswered. It may have run, and passed on a key
-    /// handed to us there before it; so a grant notice from that node waits for a definite reply.
-    unanswered: Vec<bool>,
     /// The ticket we stood in line with, once every node we reached (a quorum) gave us the same
     /// one. Our rounds offer it from then on, so that we never move back behind a waiter that
     /// joined after we stood; a node that reports a higher ticket keeps us there.
     stood: Option<u64>,
+}
+
+/// What one waiter knows of its standing on one node.
+#[derive(Debug, Clone, Copy, Default)]
+struct OnNode {
+    /// The start of the last round that renewed our entry there, while we are in line there.
+    /// The entry lives at least an expiry from that moment.
+    renewed: Option<Instant>,
+    /// Our ticket there, while we are in line there.
+    ticket: Option<u64>,
+    /// A moment from which the key holding our value there lives at least an expiry: the start
+    /// of the round that took or extended it, or, for a key handed to us, the renewal of the
+    /// entry it was handed for.
+    granted: Option<Instant>,
+    /// Our last round there went unanswered. It may have run, and passed on a key handed to us
+    /// there before it; so a grant notice from that node waits for a definite reply.
+    unanswered: bool,
 }
 
 /// One node's reply to a round.
@@ -61,12 +71,10 @@ impl Standing {
     pub(crate) fn new(nodes: usize, quorum: usize) -> Standing {
         Standing {
             quorum,
-            renewed: vec![None; nodes],
-            tickets: vec![None; nodes],
+            nodes,
+            places: Vec::new(),
             last_ticket: None,
-            granted: vec![None; nodes],
             unconfirmed: false,
-            unanswered: vec![false; nodes],
             stood: None,
         }
     }
@@ -74,25 +82,28 @@ impl Standing {
     /// Takes in the replies of a round that began at `started`.
     pub(crate) fn round(&mut self, started: Instant, replies: &[Reply]) {
         self.unconfirmed = false;
-        for (node, reply) in replies.iter().enumerate() {
-            self.unanswered[node] = *reply == Reply::Unknown;
+        if self.places.is_empty() {
+            self.places = vec![OnNode::default(); self.nodes.max(replies.len())];
+        }
+        for (place, reply) in self.places.iter_mut().zip(replies) {
+            place.unanswered = *reply == Reply::Unknown;
             match *reply {
                 Reply::Granted => {
-                    self.granted[node] = Some(started);
-                    self.renewed[node] = None;
-                    self.tickets[node] = None;
+                    place.granted = Some(started);
+                    place.renewed = None;
+                    place.ticket = None;
                 }
                 Reply::InLine { ticket } => {
-                    self.granted[node] = None;
-                    self.renewed[node] = Some(started);
-                    self.tickets[node] = Some(ticket);
+                    place.granted = None;
+                    place.renewed = Some(started);
+                    place.ticket = Some(ticket);
                     self.last_ticket = self.last_ticket.max(Some(ticket));
                 }
                 // Whatever the round did there may or may not have happened, and may still
                 // happen: a place in line only moves back, so what we knew still bounds it; but
                 // a key of ours there may be passed on by the round (someone ahead of our
                 // offer, see `round.lua`), so it no longer counts.
-                Reply::Unknown => self.granted[node] = None,
+                Reply::Unknown => place.granted = None,
             }
         }
         let highest = self.highest();
@@ -101,32 +112,37 @@ impl Standing {
             // us; while those nodes (or keys we hold) are a quorum, any quorum a later waiter
             // needs includes one of them.
             Some(ticket) if self.holding(ticket) >= self.quorum => Some(ticket),
-            _ if self.reached() >= self.quorum
-                && self.tickets.iter().flatten().all(|&t| Some(t) == highest) =>
-            {
+            _ if self.reached() >= self.quorum && self.tickets().all(|t| Some(t) == highest) => {
                 highest
             }
             _ => None,
         };
     }
 
+    /// Our tickets, one per node where we are in line.
+    fn tickets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.places.iter().filter_map(|place| place.ticket)
+    }
+
     /// The nodes we reached: in line there, or the key is ours.
     fn reached(&self) -> usize {
-        (0..self.granted.len())
-            .filter(|&node| self.granted[node].is_some() || self.renewed[node].is_some())
+        self.places
+            .iter()
+            .filter(|place| place.granted.is_some() || place.renewed.is_some())
             .count()
     }
 
     /// The nodes where we stand in line with `ticket`, or the key is ours.
     fn holding(&self, ticket: u64) -> usize {
-        (0..self.granted.len())
-            .filter(|&node| self.granted[node].is_some() || self.tickets[node] == Some(ticket))
+        self.places
+            .iter()
+            .filter(|place| place.granted.is_some() || place.ticket == Some(ticket))
             .count()
     }
 
     /// The highest ticket we are in line with now.
     fn highest(&self) -> Option<u64> {
-        self.tickets.iter().flatten().copied().max()
+        self.tickets().max()
     }
 
     /// A notice said `node` handed us the lock when our place there had `ticket`.
@@ -138,26 +154,30 @@ impl Standing {
     /// model check, `tests/models/fair.rs`). Such a round either told us our new ticket, which
     /// differs (a node hands a waiter the key only while nobody is ahead of it, and a later
     /// waiter's ticket is higher, so only an offer above the old ticket passes the key on), or
-    /// went unanswered. Every other notice needs a round to confirm it.
+    /// went unanswered. Every other notice needs a round to confirm it (so does one from a node
+    /// no round of ours reached yet).
     pub(crate) fn handed(&mut self, node: usize, ticket: Option<u64>) {
-        match self.renewed[node] {
-            Some(renewed)
-                if ticket.is_some() && self.tickets[node] == ticket && !self.unanswered[node] =>
-            {
-                self.tickets[node] = None;
-                self.renewed[node] = None;
-                self.granted[node] = Some(renewed);
+        let Some(place) = self.places.get_mut(node) else {
+            self.unconfirmed = true;
+            return;
+        };
+        match place.renewed {
+            Some(renewed) if ticket.is_some() && place.ticket == ticket && !place.unanswered => {
+                place.ticket = None;
+                place.renewed = None;
+                place.granted = Some(renewed);
             }
-            _ if self.granted[node].is_some() => {}
+            _ if place.granted.is_some() => {}
             _ => self.unconfirmed = true,
         }
     }
 
     /// With a quorum of keys ours, the moment from which all of them live at least an expiry.
     pub(crate) fn held_from(&self) -> Option<Instant> {
-        let granted: Vec<Instant> = self.granted.iter().flatten().copied().collect();
-        (granted.len() >= self.quorum)
-            .then(|| granted.into_iter().min())
+        let granted = self.places.iter().filter_map(|place| place.granted);
+        let earliest = granted.clone().min();
+        (granted.count() >= self.quorum)
+            .then_some(earliest)
             .flatten()
     }
 
@@ -175,7 +195,11 @@ impl Standing {
     /// Whether some nodes, but fewer than a quorum, gave us the key: a split, or a hand-off
     /// still on its way.
     pub(crate) fn partial(&self) -> bool {
-        let granted = self.granted.iter().flatten().count();
+        let granted = self
+            .places
+            .iter()
+            .filter(|place| place.granted.is_some())
+            .count();
         granted > 0 && granted < self.quorum
     }
 
@@ -184,8 +208,7 @@ impl Standing {
         let highest = self.highest();
         if self.reached() < self.quorum {
             Next::Retreat
-        } else if self.stood.is_some() || self.tickets.iter().flatten().all(|&t| Some(t) == highest)
-        {
+        } else if self.stood.is_some() || self.tickets().all(|t| Some(t) == highest) {
             Next::Wait
         } else {
             Next::Align
@@ -194,11 +217,8 @@ impl Standing {
 
     /// Forgets everything: after giving back what we had.
     pub(crate) fn clear(&mut self) {
-        self.renewed.iter_mut().for_each(|r| *r = None);
-        self.unanswered.iter_mut().for_each(|u| *u = false);
-        self.tickets.iter_mut().for_each(|t| *t = None);
+        self.places.fill(OnNode::default());
         self.last_ticket = None;
-        self.granted.iter_mut().for_each(|g| *g = None);
         self.unconfirmed = false;
         self.stood = None;
     }
@@ -241,6 +261,18 @@ mod tests {
         standing.handed(0, Some(4));
         // Node 0 was handed the lock for an entry renewed at t0 + 10 ms, node 2 granted then.
         assert_eq!(standing.held_from(), Some(t0 + 10 * MS));
+    }
+
+    #[test]
+    fn a_grant_before_any_round_needs_a_round() {
+        let mut standing = Standing::new(3, 2);
+        standing.handed(1, Some(4));
+        assert!(standing.unconfirmed());
+        assert_eq!(standing.held_from(), None);
+        assert!(!standing.partial());
+        assert_eq!(standing.next(), Next::Retreat);
+        standing.clear();
+        assert!(!standing.unconfirmed());
     }
 
     #[test]
