@@ -11,8 +11,9 @@
 # Usage: bash benches/node_instructions.sh [pairs]   (default 2000; about a minute)
 #        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only;
 #        fair-handoff, a join round and a release that hands over, wake-marked, a release that
-#        finds a waiter's mark and notifies, and wake-sharded, the same as a cluster member's
-#        script sends it (SPUBLISH), run only when named; so do
+#        finds a waiter's mark and notifies, wake-sharded, the same as a cluster member's
+#        script sends it (SPUBLISH), and default-inline, the default's release sent in
+#        full (EVAL) as cleanups send it, run only when named; so do
 #        the primitives' cases of issue 29: write-plain, names-plain-N (the multi-name lock's
 #        plain entry over N free names), semaphore, semaphore-among-2 and the
 #        floors floor-semaphore, floor-read, floor-names-8, the commands that decide a case sent
@@ -145,6 +146,12 @@ commands() {
             # and publishes nothing.
             resp SET n "$v" NX PX 8000
             resp EVALSHA "$release_notify_sha" 1 n "$v"
+            ;;
+        default-inline)
+            # The default's release sent in full (EVAL), as the cleanup after a failed or
+            # cancelled attempt and a dropped lock's release send it (`Delivery::Inline`).
+            resp SET n "$v" NX PX 8000
+            resp EVAL "$release_notify" 1 n "$v"
             ;;
         wake-marked)
             # Somebody waits: its mark (PSETEX, as a waiter's attempt sends it), then the

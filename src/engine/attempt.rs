@@ -127,12 +127,17 @@ pub(crate) async fn attempt_once(
             if let Some(stragglers) = stragglers {
                 stragglers.cancel();
             }
+            // By digest, as `unlock()` sends it: the call reads NOSCRIPT and falls back, and a
+            // node that does not answer in time gets the script in full behind the digest
+            // (`Request::follow_up`). In full every time, it cost a node a third more per lock
+            // and release than the digest (the `default-inline` case of
+            // benches/node_instructions.sh), on the path contention takes most.
             let release = fanout::release(
                 Arc::clone(nodes),
                 Arc::clone(resource.target()),
                 Arc::clone(value),
                 plan,
-                Delivery::Inline,
+                Delivery::ByDigest,
             );
             let confirmed = |tally: Tally| tally.unconfirmed() == 0;
             if plan.fail_fast {

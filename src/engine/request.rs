@@ -58,9 +58,10 @@ pub(crate) enum Op {
 pub(crate) enum Delivery {
     /// EVALSHA, falling back to EVAL on NOSCRIPT: the fast path, for calls whose replies are read.
     ByDigest,
-    /// EVAL with the script's text. For releases nobody may wait for (cleanup after a failed or
-    /// cancelled attempt, dropped locks): when a call to a paused node times out, the fallback on
-    /// NOSCRIPT is never sent, so the queued request must work on its own once the node resumes.
+    /// EVAL with the script's text. For releases that run in a task nobody awaits (a cancelled
+    /// attempt's, a dropped lock's): the task may not outlive its runtime, so neither a fallback
+    /// on NOSCRIPT nor a follow-up (`Request::follow_up`) may ever be sent, and the request a
+    /// paused node has queued must work on its own once the node resumes.
     Inline,
 }
 

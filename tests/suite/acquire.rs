@@ -471,6 +471,97 @@ async fn scripts_are_sent_by_digest_with_a_noscript_fallback() {
     }
 }
 
+/// Empties `node`'s script cache, as a restart or `SCRIPT FLUSH` does.
+fn flush_scripts(node: &redmutex_testenv::Node) {
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut node.connection())
+        .expect("SCRIPT FLUSH");
+}
+
+/// The release after a failed attempt goes by digest, as `unlock()`'s does: a node that lost its
+/// scripts answers NOSCRIPT and gets the script in full, and our key there goes at once.
+#[tokio::test]
+async fn a_failed_attempts_release_goes_by_digest_with_a_noscript_fallback() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster).await;
+    let name = "acquire:cleanup-noscript";
+    let mutex = quick(&redlock, name).with_tries(1);
+    let warm = mutex.lock().await.expect("free lock");
+    warm.unlock().await.expect("unlock");
+    for i in [1, 2] {
+        cluster
+            .node(i)
+            .set_px(name, "someone-else", Duration::from_secs(10));
+    }
+    flush_scripts(cluster.node(0));
+    for node in cluster.nodes() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut node.connection())
+            .expect("CONFIG RESETSTAT");
+    }
+    let error = mutex.lock().await.expect_err("taken on 2 of 3");
+    assert!(matches!(error, Error::Taken { .. }), "{error:?}");
+    assert!(
+        !cluster.node(0).exists(name),
+        "our key on node 0 is released"
+    );
+    let node = cluster.node(0);
+    assert_eq!(
+        (node.calls("evalsha"), node.calls("eval")),
+        (1, 1),
+        "the digest, then the script in full"
+    );
+    for node in &cluster.nodes()[1..] {
+        assert_eq!((node.calls("evalsha"), node.calls("eval")), (1, 0));
+    }
+}
+
+/// A failed attempt's release that times out at a paused node that lost its scripts still frees
+/// our key there once the node resumes, long before the key's expiry: no NOSCRIPT reply will be
+/// read, so the script follows its digest in full on the same connection (`Request::follow_up`).
+#[tokio::test]
+async fn a_failed_attempts_release_reaches_a_paused_node_that_lost_its_scripts() {
+    let cluster = Cluster::start(3);
+    let proxies = cluster.proxies();
+    let redlock = Redlock::connect(proxies.urls()).await.expect("URLs parse");
+    let name = "acquire:cleanup-paused";
+    let mutex = redlock
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_timeout_factor(0.02) // 600 ms per node
+        .with_tries(1);
+    let warm = mutex.lock().await.expect("free lock");
+    warm.unlock().await.expect("unlock");
+    for i in [1, 2] {
+        cluster
+            .node(i)
+            .set_px(name, "someone-else", Duration::from_secs(30));
+    }
+    flush_scripts(cluster.node(0));
+    // Node 1 answers late (or not within the node timeout), so that node 0 can be paused between
+    // our SET there and our release, half a second at least.
+    proxies.set_mode(&[1], Mode::Delay(Duration::from_millis(500)));
+    let attempt = tokio::spawn(async move { mutex.lock().await });
+    support::within(Duration::from_secs(2), "our SET on node 0", || {
+        cluster.node(0).exists(name)
+    })
+    .await;
+    cluster.node(0).pause();
+    attempt
+        .await
+        .expect("task")
+        .expect_err("node 0 alone is ours");
+    cluster.node(0).resume();
+    support::within(
+        Duration::from_secs(5),
+        "our key on node 0 released, well before its 30 s expiry",
+        || !cluster.node(0).exists(name),
+    )
+    .await;
+}
+
 #[test]
 fn handles_are_thread_safe_values() {
     fn assert_traits<T: Clone + Send + Sync + 'static>() {}
