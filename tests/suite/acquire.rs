@@ -427,6 +427,22 @@ async fn lock_values_differ_between_processes() {
     }
 }
 
+/// Empties `node`'s script cache, as a restart does.
+fn flush_scripts(node: &redmutex_testenv::Node) {
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut node.connection())
+        .expect("SCRIPT FLUSH");
+}
+
+/// Zeroes `node`'s command counts (`INFO commandstats`).
+fn reset_stats(node: &redmutex_testenv::Node) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut node.connection())
+        .expect("CONFIG RESETSTAT");
+}
+
 /// Scripts go out as EVALSHA; a node that lost its script cache gets EVAL once and then EVALSHA again.
 #[tokio::test]
 async fn scripts_are_sent_by_digest_with_a_noscript_fallback() {
@@ -437,14 +453,8 @@ async fn scripts_are_sent_by_digest_with_a_noscript_fallback() {
     let lock = mutex.lock().await.expect("free lock");
     lock.unlock().await.expect("unlock");
     for node in cluster.nodes() {
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query(&mut node.connection())
-            .expect("SCRIPT FLUSH");
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(&mut node.connection())
-            .expect("CONFIG RESETSTAT");
+        flush_scripts(node);
+        reset_stats(node);
     }
     for _ in 0..5 {
         let lock = mutex.lock().await.expect("free lock");
@@ -471,14 +481,6 @@ async fn scripts_are_sent_by_digest_with_a_noscript_fallback() {
     }
 }
 
-/// Empties `node`'s script cache, as a restart or `SCRIPT FLUSH` does.
-fn flush_scripts(node: &redmutex_testenv::Node) {
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query(&mut node.connection())
-        .expect("SCRIPT FLUSH");
-}
-
 /// The release after a failed attempt goes by digest, as `unlock()`'s does: a node that lost its
 /// scripts answers NOSCRIPT and gets the script in full, and our key there goes at once.
 #[tokio::test]
@@ -496,10 +498,7 @@ async fn a_failed_attempts_release_goes_by_digest_with_a_noscript_fallback() {
     }
     flush_scripts(cluster.node(0));
     for node in cluster.nodes() {
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(&mut node.connection())
-            .expect("CONFIG RESETSTAT");
+        reset_stats(node);
     }
     let error = mutex.lock().await.expect_err("taken on 2 of 3");
     assert!(matches!(error, Error::Taken { .. }), "{error:?}");
