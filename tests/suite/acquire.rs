@@ -481,6 +481,23 @@ async fn scripts_are_sent_by_digest_with_a_noscript_fallback() {
     }
 }
 
+/// After `mutex` (of `name`, on 3 nodes) connected and loaded its scripts: `name` held by someone
+/// else on nodes 1 and 2 for `ttl`, and node 0's scripts gone, so that an attempt takes node 0
+/// alone and its release there needs the script in full.
+async fn free_on_node_0_only(
+    cluster: &Cluster,
+    mutex: &redmutex::Mutex,
+    name: &str,
+    ttl: Duration,
+) {
+    let warm = mutex.lock().await.expect("free lock");
+    warm.unlock().await.expect("unlock");
+    for i in [1, 2] {
+        cluster.node(i).set_px(name, "someone-else", ttl);
+    }
+    flush_scripts(cluster.node(0));
+}
+
 /// The release after a failed attempt goes by digest, as `unlock()`'s does: a node that lost its
 /// scripts answers NOSCRIPT and gets the script in full, and our key there goes at once.
 #[tokio::test]
@@ -489,14 +506,7 @@ async fn a_failed_attempts_release_goes_by_digest_with_a_noscript_fallback() {
     let redlock = client(&cluster).await;
     let name = "acquire:cleanup-noscript";
     let mutex = quick(&redlock, name).with_tries(1);
-    let warm = mutex.lock().await.expect("free lock");
-    warm.unlock().await.expect("unlock");
-    for i in [1, 2] {
-        cluster
-            .node(i)
-            .set_px(name, "someone-else", Duration::from_secs(10));
-    }
-    flush_scripts(cluster.node(0));
+    free_on_node_0_only(&cluster, &mutex, name, Duration::from_secs(10)).await;
     for node in cluster.nodes() {
         reset_stats(node);
     }
@@ -531,14 +541,7 @@ async fn a_failed_attempts_release_reaches_a_paused_node_that_lost_its_scripts()
         .with_expiry(Duration::from_secs(30))
         .with_timeout_factor(0.02) // 600 ms per node
         .with_tries(1);
-    let warm = mutex.lock().await.expect("free lock");
-    warm.unlock().await.expect("unlock");
-    for i in [1, 2] {
-        cluster
-            .node(i)
-            .set_px(name, "someone-else", Duration::from_secs(30));
-    }
-    flush_scripts(cluster.node(0));
+    free_on_node_0_only(&cluster, &mutex, name, Duration::from_secs(30)).await;
     // Node 1 answers late (or not within the node timeout), so that node 0 can be paused between
     // our SET there and our release, half a second at least.
     proxies.set_mode(&[1], Mode::Delay(Duration::from_millis(500)));

@@ -474,6 +474,22 @@ async fn woken(task: JoinHandle<Result<Lock, Error>>, within: Duration, why: &st
         .expect("the waiter gets the lock")
 }
 
+/// Releases `held`; the waiter `task` must have the lock within `within` (`why` says what that
+/// shows), and lets it go.
+async fn handed_over(
+    held: Lock,
+    task: JoinHandle<Result<Lock, Error>>,
+    within: Duration,
+    why: &str,
+) {
+    held.unlock().await.expect("unlock");
+    woken(task, within, why)
+        .await
+        .unlock()
+        .await
+        .expect("unlock");
+}
+
 /// PSETEX commands (the waiters' marks) each node received so far.
 fn marks_sent(cluster: &Cluster) -> Vec<u64> {
     cluster
@@ -549,14 +565,13 @@ async fn marks_taken_by_a_release_that_woke_nobody_are_set_again() {
         .map(|node| node.exists(&waiters_mark(name)))
         .collect();
     assert_eq!(marked, [true; 5], "every node marked again");
-    held.unlock().await.expect("unlock");
-    let next = woken(
+    handed_over(
+        held,
         task,
         delay / 2,
         "woken by the release, not by the retry delay of 3 s",
     )
     .await;
-    next.unlock().await.expect("unlock");
 }
 
 /// A wait longer than the marks live keeps the name marked: a waiter whose retry delay is a minute
@@ -582,14 +597,13 @@ async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
         [2; 3],
         "the marked attempt's marks, and one renewal"
     );
-    held.unlock().await.expect("unlock");
-    let next = woken(
+    handed_over(
+        held,
         task,
         Duration::from_secs(5),
         "woken by the release (the retry delay is a minute)",
     )
     .await;
-    next.unlock().await.expect("unlock");
 }
 
 /// After one of the client's listeners reconnected, the waiter marks the name again with its next
@@ -621,12 +635,11 @@ async fn marks_are_set_again_after_a_listener_reconnected() {
     for node in cluster.nodes() {
         assert!(node.exists(&waiters_mark(name)), "every node marked again");
     }
-    held.unlock().await.expect("unlock");
-    let next = woken(
+    handed_over(
+        held,
         task,
         delay / 2,
         "woken by the release, not by the retry delay of 3 s",
     )
     .await;
-    next.unlock().await.expect("unlock");
 }
