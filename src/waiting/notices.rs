@@ -10,14 +10,22 @@
 //! notify every client that listens. Every mark lives [`MARK_TTL`], whoever sets it, so a mark
 //! set later never shortens one set earlier.
 //!
+//! A release whose holder waited for the lock (or that frees a failed attempt's keys) leaves the
+//! mark where it found one, to live [`MARK_TTL`] from then, and says so by [`KEPT_MARK`] before
+//! the value in its notice: under contention the waiters that hear it need not mark again, which would otherwise
+//! cost each client's woken waiter a mark per node per hand-off. A holder that got the name
+//! without waiting ends the chain: its release takes the mark, as every release did before.
+//!
 //! A waiter marks the names in the same write as an attempt, before the attempt's command
 //! (`Request::with_marks`), or in a write of their own while it waits. It counts its marks as
 //! placed once every node answered that write, and from then on it sends none until they may be
 //! gone, which it can tell, because a mark leaves a node in one of three ways only:
 //!
-//! 1. a release took it, and published a notice there: a notice of the name that arrived at or
-//!    after the start of the marking write (any notice, late ones of a release already spent
-//!    included) makes the next attempt mark again, and so does every attempt after a wake-up;
+//! 1. a release took it, and published a notice there without [`KEPT_MARK`]: such a notice of the
+//!    name that arrived at or after the start of the marking write (late ones of a release
+//!    already spent included) makes the next attempt mark again. A notice with it comes from a
+//!    release that left the mark, to live [`MARK_TTL`] from then: the node has a mark that lives
+//!    longer than the one the waiter counts on;
 //! 2. a node lost it, with the notice (the listener was away: the client's listeners counted a
 //!    reconnection since the marking write; or the node restarted or evicted keys, a lost notice);
 //! 3. it expired: an attempt marks again when its marks would expire within a node timeout and
@@ -32,8 +40,9 @@
 //! Take a waiter W whose attempt A failed, and a release R on node n after A's command there
 //! (the release of a key that A found on n, or of one set there later). Either A carried marks
 //! (they reached n before A's command, so before R), or A sent none, and then W's last marks were
-//! placed on n, had not expired (3), no reconnection had been counted (2), and no notice had
-//! arrived since their write began (1) when A began. Then, at R, n has a mark, and R notifies, or
+//! placed on n, had not expired (3), no reconnection had been counted (2), and no notice of a
+//! release that took a mark had arrived since their write began (1) when A began. Then, at R, n
+//! has a mark (a release between that kept the mark left it there), and R notifies, or
 //! a release R' took the mark off n between the marks and R, and published. R' was not heard
 //! before A began, so its notice arrives after A began: that is what the line counts for the wait
 //! after A (notices that arrive after the attempt began, see `hub::line`), as n's release, in
@@ -41,9 +50,9 @@
 //! as it would be had every attempt marked. And once W has made an attempt after R', it marks
 //! again (1). The line does not count R' for W in one case: R' had already woken a waiter of this
 //! client (a woken waiter spends its release for the others). That waiter's next attempt marks
-//! every node, after R' on every node whose notice of R' was among those that woke it; a slower
-//! node is the gap below. Where notices are lost (2), the retry delay is the fallback, as it
-//! always was.
+//! every node (1), after R' on every node whose notice of R' was among those that woke it; a
+//! slower node is the gap below. Where notices are lost (2), the retry delay is the fallback, as
+//! it always was.
 //!
 //! The gap is older than these rules, and they keep it as it was: a release R' whose notices
 //! woke a waiter of this client spends its value for the line, so that its late notices do not
@@ -51,7 +60,7 @@
 //! marks of the woken waiter's attempt (its command came to n before R'), is then not counted:
 //! if the next holder's quorum has n and no more nodes than a quorum, its release wakes nobody
 //! here, and waiters retry at their delay. The woken waiter and every other marks again with its
-//! next attempt.
+//! next attempt. A release R' that kept the marks leaves no such gap: n still has a mark.
 //!
 //! A mark left by a waiter that gave up costs at most one notice nobody hears: the first release
 //! takes it.
@@ -77,6 +86,11 @@ use super::wait::until;
 /// Twice the time a name stays subscribed after its last waiter (`hub::LINGER`): a mark left
 /// that long after its waiter has no listener left to reach.
 pub(crate) const MARK_TTL: Duration = Duration::from_secs(10);
+
+/// Before the value in a release notice, where the release left the waiters' mark in place
+/// (`release_notify.lua`): never the first character of a lock value (base64url), nor
+/// of a fair hand-off's notice (`fair::scripts::GRANT_MARK`).
+pub(crate) const KEPT_MARK: u8 = b'+';
 
 /// How long before they expire a waiter's marks are set again, beyond the node timeout: the time
 /// the write may take to reach the nodes on a loaded machine.
@@ -196,19 +210,25 @@ impl<'a> NoticeWait<'a> {
     }
 
     /// Whether this call's marks may be gone, or expire, before `wait_ends` and a node timeout
-    /// (see the module's doc): after a wake-up, a notice heard since they were sent, a listener
-    /// that reconnected, or marks that are too old.
+    /// (see the module's doc).
     fn mark_due(&self, wait_ends: Instant) -> bool {
+        match self.marked {
+            Some(marked) if !self.marks_may_be_gone() => self.refresh_at(marked) < wait_ends,
+            _ => true,
+        }
+    }
+
+    /// Whether this call's marks may be gone from a node (see the module's doc): none were placed,
+    /// a notice of a release that took a mark arrived since they were sent, or a listener
+    /// reconnected.
+    fn marks_may_be_gone(&self) -> bool {
         let Some(marked) = self.marked else {
             return true;
         };
-        self.woken.is_some()
-            || self
-                .places
-                .iter()
-                .any(|place| place.heard_at_or_after(marked.sent))
+        self.places
+            .iter()
+            .any(|place| place.mark_taken_at_or_after(marked.sent))
             || self.connects() != marked.connects
-            || self.refresh_at(marked) < wait_ends
     }
 
     /// When marks written at `marked` must be written again: a node timeout and the slack before
@@ -257,14 +277,17 @@ impl<'a> NoticeWait<'a> {
         self.woken = wait_in_line(self, self.delay).await;
     }
 
-    /// The call got the lock: it leaves the lines for good, keeping the wake-up it used.
-    pub(crate) fn acquired(self) {
+    /// The call got the lock: it leaves the lines for good, keeping the wake-up it used. Returns
+    /// whether it had joined them (it waited).
+    pub(crate) fn acquired(self) -> bool {
         if self.woken.is_some() {
             metrics::handoff(metrics::Handoff::Wake);
         }
+        let waited = !self.places.is_empty();
         for place in self.places {
             place.done();
         }
+        waited
     }
 }
 
@@ -311,9 +334,12 @@ async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usiz
         match in_use(connection, probe, plan.node_timeout).await {
             Some(true) => {
                 tracing::trace!(node, "taken again before the attempt");
-                // The release spent the marks, and whoever took the name may not have marked it
-                // (a first attempt does not): mark it again, or its release would be silent.
-                mark(wait).await;
+                // A release that took the marks spent them, and whoever took the name may not
+                // have marked it (a first attempt does not): mark it again, or its release would
+                // be silent. A release that kept them left them for the next one.
+                if wait.marks_may_be_gone() {
+                    mark(wait).await;
+                }
                 wait.places[index].wait_again(woken_at);
             }
             // Free, or no answer: the attempt will tell.

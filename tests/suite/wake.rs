@@ -643,3 +643,158 @@ async fn marks_are_set_again_after_a_listener_reconnected() {
     )
     .await;
 }
+
+/// The notices of `name` on `node`, as a listener hears them: messages wait in the socket, and
+/// each is read within 5 s.
+struct Overheard(redis::Connection);
+
+impl Overheard {
+    fn new(node: &redmutex_testenv::Node, name: &str) -> Overheard {
+        let mut connection = node.connection();
+        connection
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("read timeout");
+        // Not `as_pubsub`, whose guard unsubscribes when dropped.
+        redis::cmd("SUBSCRIBE")
+            .arg(channel(name))
+            .exec(&mut connection)
+            .expect("SUBSCRIBE");
+        Overheard(connection)
+    }
+
+    /// The next notice's message.
+    fn next(&mut self) -> String {
+        let message = self.0.recv_response().expect("a notice");
+        let redis::Value::Push { data, .. } = message else {
+            let parts: Vec<String> = redis::from_redis_value(message).expect("a message");
+            return parts.last().cloned().expect("a payload");
+        };
+        redis::from_redis_value(data.last().cloned().expect("a payload")).expect("text")
+    }
+}
+
+/// Whether every node of `cluster` has `name`'s waiters' mark.
+fn marked(cluster: &Cluster, name: &str) -> Vec<bool> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| node.exists(&waiters_mark(name)))
+        .collect()
+}
+
+/// A holder that had to wait for the lock keeps the waiters' mark in its release (others likely
+/// still wait) and says so by a `+` before the value in its notice; a holder that got the lock
+/// without waiting takes the mark, and its notice is the value alone.
+#[tokio::test]
+async fn a_holder_that_waited_keeps_the_mark_in_its_release() {
+    let cluster = Cluster::start(3);
+    let name = "wake:kept-mark";
+    let mut overheard = Overheard::new(cluster.node(0), name);
+    let (waiting, held) = held_by_another(&cluster, name, Duration::from_secs(30)).await;
+    let waiter = waiting
+        .new_mutex(name)
+        .with_retry_delay(Duration::from_secs(10));
+    let task = tokio::spawn(async move { waiter.lock().await });
+    // The holder's SET, the waiter's first attempt and its marked one.
+    tried(&cluster, 3).await;
+    let first = held.value().to_owned();
+    held.unlock().await.expect("unlock");
+    assert_eq!(overheard.next(), first, "it took the mark");
+    let waited = woken(task, Duration::from_secs(5), "woken by the release").await;
+    // The waiter's winning attempt marked again: the release it heard had taken its marks.
+    assert_eq!(marked(&cluster, name), [true; 3]);
+    let second = waited.value().to_owned();
+    waited.unlock().await.expect("unlock");
+    assert_eq!(overheard.next(), format!("+{second}"));
+    assert_eq!(
+        marked(&cluster, name),
+        [true; 3],
+        "the release kept the marks"
+    );
+    let ttl = cluster.node(1).pttl(&waiters_mark(name));
+    assert!(
+        ttl > 9_000,
+        "kept for as long as a waiter's mark lives: {ttl} ms left"
+    );
+    // Nobody waits now: the next holder does not wait, and its release takes the mark.
+    let third = waiting.new_mutex(name).lock().await.expect("free lock");
+    let value = third.value().to_owned();
+    third.unlock().await.expect("unlock");
+    assert_eq!(overheard.next(), value);
+    assert_eq!(marked(&cluster, name), [false; 3], "the chain ends");
+}
+
+/// Waiters woken by releases that kept the marks make their next attempts without marks: the
+/// nodes still have them. The name is held by a key that expires (no release, no notice): the
+/// first holder waits for it, so its release keeps the marks; two clients' waiters queue behind it,
+/// marking the name, and then get the lock one after the other without sending one mark more.
+#[tokio::test]
+async fn waiters_woken_by_releases_that_kept_the_marks_do_not_mark_again() {
+    let cluster = Cluster::start(3);
+    let name = "wake:no-re-mark";
+    for node in cluster.nodes() {
+        node.set_px(name, "expires", Duration::from_millis(600));
+    }
+    let clients = [
+        client(&cluster).await,
+        client(&cluster).await,
+        client(&cluster).await,
+    ];
+    // Every client's listeners connected to every node first: a listener that connects after
+    // its client's marks were placed (a waiter needs a quorum of them) makes its next attempt
+    // mark again, rightly, as notices may have gone unheard before it listened.
+    for redlock in &clients {
+        for node in cluster.nodes() {
+            node.set_px("wake:warm-up", "expires", Duration::from_millis(100));
+        }
+        let warm_up = redlock
+            .new_mutex("wake:warm-up")
+            .with_retry_delay(Duration::from_millis(50));
+        warm_up
+            .lock()
+            .await
+            .expect("the key expired")
+            .unlock()
+            .await
+            .expect("unlock");
+    }
+    subscribed(&cluster, "wake:warm-up", 3).await;
+    let polling = clients[0]
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_retry_delay(Duration::from_millis(50));
+    let held = polling.lock().await.expect("the key expired");
+    let marked_before_waiters = marks_sent(&cluster);
+    let (locks, mut holders) = mpsc::unbounded_channel();
+    // A retry delay the marks outlive, so that no attempt marks to cover its wait (see
+    // `a_long_wait_marks_the_name_again_before_the_marks_expire`); hand-offs must be quicker.
+    let delay = Duration::from_secs(5);
+    for (id, redlock) in clients[1..].iter().enumerate() {
+        let mutex = redlock.new_mutex(name).with_retry_delay(delay);
+        waiter(&mutex, id, &locks);
+    }
+    // Both waiters' marked attempts, after their subscriptions.
+    let before: Vec<u64> = marked_before_waiters
+        .iter()
+        .map(|marks| marks + 2)
+        .collect();
+    eventually("both waiters marked the name", || {
+        marks_sent(&cluster) == before
+    })
+    .await;
+    let released = Instant::now();
+    held.unlock().await.expect("unlock");
+    let (_, winner) = next_holder(&mut holders).await;
+    winner.unlock().await.expect("unlock");
+    let (_, last) = next_holder(&mut holders).await;
+    assert!(
+        released.elapsed() < delay / 2,
+        "both woken by the releases, not by their retry delay"
+    );
+    assert_eq!(
+        marks_sent(&cluster),
+        before,
+        "marks sent per node by waiters woken by releases that kept them"
+    );
+    last.unlock().await.expect("unlock");
+}

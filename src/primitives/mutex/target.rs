@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use redis::{Cmd, Pipeline, Value};
 
+use crate::engine::quorum::whole_millis;
 use crate::engine::request::{Delivery, Op};
 use crate::engine::target::{self, Channels, Settled, Target, Verb, beside, waiters_key};
 use crate::error::Error;
@@ -21,6 +22,7 @@ use crate::nodes::listener::grant_channel;
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
+use crate::waiting::MARK_TTL;
 use crate::waiting::fair::scripts::{self as line, LineKeys};
 
 /// What a mutex needs of a node: `EVAL` with `redis.sha1hex` and `PUBLISH`, and `SET ... NX PX`.
@@ -141,8 +143,13 @@ impl MutexTarget {
             Op::Release { notify: false, .. } => {
                 script_cmd(verb.script(&RELEASE), verb, name, value, None)
             }
-            Op::Release { notify: true, .. } => {
-                self.release_with(&RELEASE_NOTIFY, verb, member, value)
+            Op::Release {
+                notify: true,
+                keep_marks,
+                ..
+            } => {
+                let keep = keep_marks.then(|| whole_millis(MARK_TTL));
+                self.release_with(&RELEASE_NOTIFY, verb, member, value, keep)
             }
             Op::AcquireFenced => {
                 let script = verb.script(&ACQUIRE_FENCED);
@@ -159,13 +166,15 @@ impl MutexTarget {
     /// server the name and the value alone (the script makes the waiters' mark from the name);
     /// on a cluster also the mark, the command and the channel. A name without a slot prefix has
     /// no mark and no channel on a cluster (see `target::waiters_key`): there its release is the
-    /// plain one, and its waiters poll.
+    /// plain one, and its waiters poll. With `keep`, the last argument: how many milliseconds the
+    /// waiters' mark is kept where the release finds one.
     pub(crate) fn release_with(
         &self,
         script: &Script,
         verb: Verb,
         member: Member,
         value: &str,
+        keep: Option<u64>,
     ) -> Cmd {
         let name = &self.name[0];
         let notices = self.notices(member);
@@ -191,9 +200,12 @@ impl MutexTarget {
                     .arg(value)
                     .arg(publish)
                     .arg(channel);
+                if let Some(keep) = keep {
+                    cmd.arg(keep);
+                }
                 cmd
             }
-            _ => script_cmd(script, verb, name, value, None),
+            _ => script_cmd(script, verb, name, value, keep),
         }
     }
 }
@@ -436,6 +448,7 @@ mod tests {
         let notify = Op::Release {
             notify: true,
             hand_off: false,
+            keep_marks: false,
         };
         let standalone = target.command(notify, Delivery::ByDigest, Standalone, "v", 8);
         assert_eq!(
@@ -459,6 +472,25 @@ mod tests {
                 .text()
                 .contains("KEYS[2] or name .. ':waiters'")
         );
+        // A release that keeps the marks adds how long they live, last.
+        let keep = Op::Release {
+            notify: true,
+            hand_off: false,
+            keep_marks: true,
+        };
+        let ttl = whole_millis(MARK_TTL).to_string();
+        let standalone = target.command(keep, Delivery::ByDigest, Standalone, "v", 8);
+        assert_eq!(
+            words(&standalone)[1..],
+            [RELEASE_NOTIFY.digest(), "1", "n", "v", &ttl]
+        );
+        let cluster = target.command(keep, Delivery::ByDigest, Cluster, "v", 8);
+        assert_eq!(words(&cluster).last(), Some(&ttl));
+        assert_eq!(words(&cluster).len(), 9);
+        let text = RELEASE_NOTIFY.text();
+        assert!(text.contains("ARGV[KEYS[2] and 4 or 2]"));
+        let kept = char::from(crate::waiting::KEPT_MARK);
+        assert!(text.contains(&format!("message = '{kept}' .. ARGV[1]")));
         // A name without a slot prefix has no mark on a cluster: a plain release there.
         let cluster = mutex("a}b").command(notify, Delivery::ByDigest, Cluster, "v", 8);
         assert_eq!(words(&cluster)[1..], [RELEASE.digest(), "1", "a}b", "v"]);
@@ -468,6 +500,7 @@ mod tests {
         let hand_off = Op::Release {
             notify: true,
             hand_off: true,
+            keep_marks: false,
         };
         let release = target.command(hand_off, Delivery::ByDigest, Cluster, "v", 8);
         let line = [

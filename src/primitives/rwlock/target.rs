@@ -356,6 +356,7 @@ mod tests {
             Op::Release {
                 notify: false,
                 hand_off: false,
+                keep_marks: false,
             },
             Delivery::ByDigest,
             Standalone,
@@ -405,6 +406,7 @@ mod tests {
             Op::Release {
                 notify: true,
                 hand_off: false,
+                keep_marks: false,
             },
             Op::Raise(3),
         ] {
@@ -506,6 +508,7 @@ mod tests {
         let op = Op::Release {
             notify: true,
             hand_off: false,
+            keep_marks: false,
         };
         let cmd = read.command(op, Delivery::ByDigest, Standalone, "v", 8000);
         assert_eq!(

@@ -43,9 +43,9 @@ pub(crate) struct Line {
     /// and halves when one won: zero (no added latency) while this client's woken waiters win,
     /// wider while they collide with other clients'.
     spread: Duration,
-    /// When the last notice of any release arrived, spent or not: each one took a waiters' mark
-    /// off its node (see `waiting::notices`).
-    last_notice: Option<Instant>,
+    /// When the last notice of a release that took a waiters' mark off its node arrived, spent or
+    /// not (see `waiting::notices`; a release whose holder waited keeps the mark).
+    last_taken: Option<Instant>,
 }
 
 struct Heard {
@@ -72,7 +72,7 @@ impl Line {
             waiters: Vec::new(),
             last_node: 0,
             spread: Duration::ZERO,
-            last_notice: None,
+            last_taken: None,
         }
     }
 
@@ -88,10 +88,19 @@ impl Line {
         self.wake_one(Some(self.quorum))
     }
 
-    /// A node reported the release of `release` (the value) at `at`; returns the waiter woken.
-    /// The late notices of a spent release are ignored.
-    pub(crate) fn hear(&mut self, node: usize, release: &[u8], at: Instant) -> Option<WaiterId> {
-        self.last_notice = self.last_notice.max(Some(at));
+    /// A node reported the release of `release` (the value) at `at`, which took the waiters' mark
+    /// there unless it `kept` it; returns the waiter woken. The late notices of a spent release
+    /// wake nobody.
+    pub(crate) fn hear(
+        &mut self,
+        node: usize,
+        release: &[u8],
+        kept: bool,
+        at: Instant,
+    ) -> Option<WaiterId> {
+        if !kept {
+            self.last_taken = self.last_taken.max(Some(at));
+        }
         if self.spent.iter().any(|spent| **spent == *release) {
             return None;
         }
@@ -167,9 +176,10 @@ impl Line {
         (self.spread.mul_f64(fraction), self.last_node)
     }
 
-    /// Whether a notice arrived at or after `since`, late notices of spent releases included.
-    pub(crate) fn heard_at_or_after(&self, since: Instant) -> bool {
-        self.last_notice.is_some_and(|at| at >= since)
+    /// Whether a notice of a release that took a mark arrived at or after `since`, late notices of
+    /// spent releases included.
+    pub(crate) fn mark_taken_at_or_after(&self, since: Instant) -> bool {
+        self.last_taken.is_some_and(|at| at >= since)
     }
 
     /// Where waiter `id` stands in line.
@@ -237,8 +247,8 @@ mod tests {
 
     const US: Duration = Duration::from_micros(1);
 
-    /// One release notice per node in `nodes`, each a microsecond after `after`; returns the last
-    /// time and every waiter woken.
+    /// One release notice per node in `nodes`, each a microsecond after `after` (one that kept
+    /// the mark if `value` starts with `+`); returns the last time and every waiter woken.
     fn release(
         line: &mut Line,
         value: &str,
@@ -249,7 +259,8 @@ mod tests {
         let mut woken = Vec::new();
         for &node in nodes {
             at += US;
-            woken.extend(line.hear(node, value.as_bytes(), at));
+            let kept = value.starts_with('+');
+            woken.extend(line.hear(node, value.as_bytes(), kept, at));
         }
         (at, woken)
     }
@@ -316,17 +327,34 @@ mod tests {
     /// A late notice of a spent release wakes nobody, but it still says that a mark went from
     /// its node: waiters' marks are set again after it (see `waiting::notices`).
     #[test]
-    fn every_notice_tells_that_a_mark_may_be_gone() {
+    fn every_taking_notice_tells_that_a_mark_may_be_gone() {
         let mut line = Line::new(3, 2);
         let since = Instant::now();
         assert_eq!(line.join(1, since), None);
-        assert!(!line.heard_at_or_after(since), "nothing heard yet");
+        assert!(!line.mark_taken_at_or_after(since), "nothing heard yet");
         let (at, woke) = release(&mut line, "a", &[0, 1], since);
         assert_eq!(woke, [1]);
         let (late, woke) = release(&mut line, "a", &[2], at + US);
         assert!(woke.is_empty(), "spent");
-        assert!(line.heard_at_or_after(late));
-        assert!(!line.heard_at_or_after(late + US));
+        assert!(line.mark_taken_at_or_after(late));
+        assert!(!line.mark_taken_at_or_after(late + US));
+    }
+
+    /// A release that kept the mark wakes as any other, and leaves the marks counted as placed.
+    #[test]
+    fn a_notice_that_kept_the_mark_wakes_without_taking_it() {
+        let mut line = Line::new(3, 2);
+        let since = Instant::now();
+        assert_eq!(line.join(1, since), None);
+        let (at, woke) = release(&mut line, "+a", &[0, 1], since);
+        assert_eq!(woke, [1]);
+        let (at, woke) = release(&mut line, "+a", &[2], at);
+        assert!(woke.is_empty(), "spent");
+        assert!(!line.mark_taken_at_or_after(since));
+        // One node's release took it (a holder that had not waited): that one counts.
+        line.rearm(1, at);
+        let (at, _) = release(&mut line, "b", &[1], at);
+        assert!(line.mark_taken_at_or_after(at));
     }
 
     #[test]

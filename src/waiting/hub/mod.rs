@@ -23,6 +23,7 @@ mod turn;
 mod watcher;
 
 use crate::nodes::listener::{Command, NoticeSink, Topic};
+use crate::waiting::KEPT_MARK;
 use crate::waiting::fair::scripts::GRANT_MARK;
 pub(crate) use place::Place;
 pub(crate) use turn::Turn;
@@ -338,8 +339,9 @@ impl Hub {
 }
 
 impl NoticeSink for Hub {
-    /// A node's notice on `name`: a release (the payload is the released value) or a hand-off
-    /// (see `fair::scripts::GRANT_MARK`).
+    /// A node's notice on `name`: a release (the payload is the released value, after
+    /// [`KEPT_MARK`] where the release kept the waiters' mark) or a hand-off (see
+    /// `fair::scripts::GRANT_MARK`).
     ///
     /// Anyone allowed to `PUBLISH` on the node can send one (the README's ACL section: those are
     /// users who could write the lock keys as well). So a notice is `node`'s word (the listener
@@ -385,7 +387,8 @@ impl NoticeSink for Hub {
             state.wake(woken);
             return;
         }
-        let woken = waiters.line.hear(node, payload, now);
+        let kept = payload.first() == Some(&KEPT_MARK);
+        let woken = waiters.line.hear(node, payload, kept, now);
         if woken.is_some() {
             tracing::trace!(node, "woken by release notices");
         }

@@ -77,13 +77,14 @@ impl Place {
         self.with_line(|line| line.wait_again(self.id, since));
     }
 
-    /// Whether a notice of the name arrived at or after `since` (see `Line::heard_at_or_after`).
-    pub(crate) fn heard_at_or_after(&self, since: Instant) -> bool {
+    /// Whether a release took a mark of the name, as its notice said, at or after `since` (see
+    /// `Line::mark_taken_at_or_after`).
+    pub(crate) fn mark_taken_at_or_after(&self, since: Instant) -> bool {
         let state = self.hub.state();
         state
             .names
             .get(&*self.name)
-            .is_some_and(|waiters| waiters.line.heard_at_or_after(since))
+            .is_some_and(|waiters| waiters.line.mark_taken_at_or_after(since))
     }
 
     /// How many times the client's listeners (re)connected so far (see `State::connects`).
