@@ -12,14 +12,17 @@
 //!
 //! A release whose holder waited for the lock (or that frees a failed attempt's keys) leaves the
 //! mark where it found one, to live [`MARK_TTL`] from then, and says so by [`KEPT_MARK`] before
-//! the value in its notice: under contention the waiters that hear it need not mark again, which would otherwise
-//! cost each client's woken waiter a mark per node per hand-off. A holder that got the name
-//! without waiting ends the chain: its release takes the mark, as every release did before.
+//! the value in its notice: under contention the waiters that hear it need not mark again, which
+//! would otherwise cost each client's woken waiter a mark per node per hand-off. A holder that got
+//! the name without waiting ends the chain: its release takes the mark, as every release did
+//! before.
 //!
 //! A waiter marks the names in the same write as an attempt, before the attempt's command
-//! (`Request::with_marks`), or in a write of their own while it waits. It counts its marks as
-//! placed once every node answered that write, and from then on it sends none until they may be
-//! gone, which it can tell, because a mark leaves a node in one of three ways only:
+//! (`Request::with_marks`), or in a write of their own while it waits. Its client counts the marks
+//! as placed once every node answered that write (the latest such write, see
+//! `hub::line::Line::marks_placed`), for every waiter of the name in the client: they are the same
+//! keys whoever wrote them. From then on no waiter of the client sends any until they may be gone,
+//! which it can tell, because a mark leaves a node in one of three ways only:
 //!
 //! 1. a release took it, and published a notice there without [`KEPT_MARK`]: such a notice of the
 //!    name that arrived at or after the start of the marking write (late ones of a release
@@ -39,8 +42,8 @@
 //!
 //! Take a waiter W whose attempt A failed, and a release R on node n after A's command there
 //! (the release of a key that A found on n, or of one set there later). Either A carried marks
-//! (they reached n before A's command, so before R), or A sent none, and then W's last marks were
-//! placed on n, had not expired (3), no reconnection had been counted (2), and no notice of a
+//! (they reached n before A's command, so before R), or A sent none, and then its client's last
+//! marks (W's or another waiter's of the client) were placed on n, had not expired (3), no reconnection had been counted (2), and no notice of a
 //! release that took a mark had arrived since their write began (1) when A began. Then, at R, n
 //! has a mark (a release between that kept the mark left it there), and R notifies, or
 //! a release R' took the mark off n between the marks and R, and published. R' was not heard
@@ -74,6 +77,7 @@ use crate::engine::tally::Tally;
 use crate::engine::target::mark_commands;
 use crate::nodes::probe::{each_node, in_use, send};
 use crate::waiting::hub::Place;
+use crate::waiting::hub::line::Marks;
 use crate::waiting::listeners::Listeners;
 
 use super::wait::until;
@@ -96,16 +100,6 @@ pub(crate) const KEPT_MARK: u8 = b'+';
 /// the write may take to reach the nodes on a loaded machine.
 const MARK_SLACK: Duration = Duration::from_millis(100);
 
-/// A write of marks to every node.
-#[derive(Clone, Copy)]
-struct Marked {
-    /// When the write began: the marks expire no sooner than [`MARK_TTL`] after it, and a notice
-    /// that arrived from then on may have taken them.
-    sent: Instant,
-    /// The client's listener connections then (see `hub::State::connects`).
-    connects: u64,
-}
-
 /// One `lock()` call's waiting by release notices.
 pub(crate) struct NoticeWait<'a> {
     resource: &'a Resource,
@@ -122,10 +116,8 @@ pub(crate) struct NoticeWait<'a> {
     woken: Option<usize>,
     /// The retry delay after the current attempt, drawn as it starts.
     delay: Duration,
-    /// This call's last marks that every node answered, while they may still be there.
-    marked: Option<Marked>,
     /// The marks the current attempt sends, if it sends any.
-    marking: Option<Marked>,
+    marking: Option<Marks>,
 }
 
 impl<'a> NoticeWait<'a> {
@@ -143,7 +135,6 @@ impl<'a> NoticeWait<'a> {
             places: Vec::new(),
             woken: None,
             delay: Duration::ZERO,
-            marked: None,
             marking: None,
         }
     }
@@ -195,7 +186,7 @@ impl<'a> NoticeWait<'a> {
         if !self.mark_due(wait_ends) {
             return None;
         }
-        self.marking = Some(Marked {
+        self.marking = Some(Marks {
             sent: started,
             connects: self.connects(),
         });
@@ -204,36 +195,39 @@ impl<'a> NoticeWait<'a> {
 
     /// The replies of the current attempt: its marks count as placed if every node answered.
     pub(crate) fn replies(&mut self, tally: &Tally) {
-        if let Some(marking) = self.marking.take() {
-            self.marked = (tally.unconfirmed() == 0).then_some(marking);
+        if let Some(marking) = self.marking.take().filter(|_| tally.unconfirmed() == 0) {
+            self.placed(marking);
         }
+    }
+
+    /// Every node answered a write of marks of every name of the lock.
+    fn placed(&self, marks: Marks) {
+        for place in &self.places {
+            place.marks_placed(marks);
+        }
+    }
+
+    /// The marks of every name of the lock that its client placed, while none may be gone (the
+    /// oldest write of them, if they were written apart), or `None`.
+    fn marks(&self) -> Option<Marks> {
+        let mut oldest: Option<Marks> = None;
+        for place in &self.places {
+            let marks = place.marks()?;
+            oldest = Some(oldest.map_or(marks, |oldest| oldest.min_by_sent(marks)));
+        }
+        oldest
     }
 
     /// Whether this call's marks may be gone, or expire, before `wait_ends` and a node timeout
     /// (see the module's doc).
     fn mark_due(&self, wait_ends: Instant) -> bool {
-        match self.marked {
-            Some(marked) if !self.marks_may_be_gone() => self.refresh_at(marked) < wait_ends,
-            _ => true,
-        }
-    }
-
-    /// Whether this call's marks may be gone from a node (see the module's doc): none were placed,
-    /// a notice of a release that took a mark arrived since they were sent, or a listener
-    /// reconnected.
-    fn marks_may_be_gone(&self) -> bool {
-        let Some(marked) = self.marked else {
-            return true;
-        };
-        self.places
-            .iter()
-            .any(|place| place.mark_taken_at_or_after(marked.sent))
-            || self.connects() != marked.connects
+        self.marks()
+            .is_none_or(|marks| self.refresh_at(marks) < wait_ends)
     }
 
     /// When marks written at `marked` must be written again: a node timeout and the slack before
     /// they expire.
-    fn refresh_at(&self, marked: Marked) -> Instant {
+    fn refresh_at(&self, marked: Marks) -> Instant {
         marked.sent + MARK_TTL.saturating_sub(self.plan.node_timeout + MARK_SLACK)
     }
 
@@ -304,7 +298,7 @@ async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usiz
     let deadline = until(delay, wait.deadline);
     loop {
         let refresh = wait
-            .marked
+            .marks()
             .map(|marked| tokio::time::Instant::from(wait.refresh_at(marked)))
             .filter(|&refresh| refresh < deadline);
         let index = tokio::select! {
@@ -337,7 +331,7 @@ async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usiz
                 // A release that took the marks spent them, and whoever took the name may not
                 // have marked it (a first attempt does not): mark it again, or its release would
                 // be silent. A release that kept them left them for the next one.
-                if wait.marks_may_be_gone() {
+                if wait.marks().is_none() {
                     mark(wait).await;
                 }
                 wait.places[index].wait_again(woken_at);
@@ -353,7 +347,7 @@ async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usiz
 /// timeout; a node that does not answer in time costs only its notice, and the next attempt marks
 /// again.
 async fn mark(wait: &mut NoticeWait<'_>) {
-    let marking = Marked {
+    let marking = Marks {
         sent: Instant::now(),
         connects: wait.connects(),
     };
@@ -373,7 +367,9 @@ async fn mark(wait: &mut NoticeWait<'_>) {
         },
     )
     .await;
-    wait.marked = answers.iter().all(Result::is_ok).then_some(marking);
+    if answers.iter().all(Result::is_ok) {
+        wait.placed(marking);
+    }
 }
 
 /// Resolves once one of `places` is woken, with its index.

@@ -724,53 +724,57 @@ async fn a_holder_that_waited_keeps_the_mark_in_its_release() {
     assert_eq!(marked(&cluster, name), [false; 3], "the chain ends");
 }
 
+/// The hand-offs of these tests: retry delays the marks outlive, so that no attempt marks to
+/// cover its wait (see `a_long_wait_marks_the_name_again_before_the_marks_expire`); the hand-offs
+/// must be much quicker.
+const KEPT_DELAY: Duration = Duration::from_secs(5);
+
+/// `name` taken through `clients[0]` after waiting for it (a key that expires held it: no
+/// release, no notice), so that its release keeps the marks. First every client's listeners
+/// connect to every node: a listener that connects after its client's marks were placed (a waiter
+/// needs a quorum of them) makes the next attempt mark again, rightly, as notices may have gone
+/// unheard before it listened.
+async fn held_after_waiting(cluster: &Cluster, name: &str, clients: &[Redlock]) -> Lock {
+    let expiring = |name: &str, ttl| {
+        for node in cluster.nodes() {
+            node.set_px(name, "expires", ttl);
+        }
+    };
+    for redlock in clients {
+        expiring("wake:warm-up", Duration::from_millis(100));
+        let warm_up = redlock
+            .new_mutex("wake:warm-up")
+            .with_retry_delay(Duration::from_millis(50));
+        let lock = warm_up.lock().await.expect("the key expired");
+        lock.unlock().await.expect("unlock");
+    }
+    let count = i64::try_from(clients.len()).expect("a few clients");
+    subscribed(cluster, "wake:warm-up", count).await;
+    expiring(name, Duration::from_millis(300));
+    let polling = clients[0]
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_retry_delay(Duration::from_millis(50));
+    polling.lock().await.expect("the key expired")
+}
+
 /// Waiters woken by releases that kept the marks make their next attempts without marks: the
-/// nodes still have them. The name is held by a key that expires (no release, no notice): the
-/// first holder waits for it, so its release keeps the marks; two clients' waiters queue behind it,
-/// marking the name, and then get the lock one after the other without sending one mark more.
+/// nodes still have them. Two clients' waiters queue behind a holder that waited, marking the
+/// name, and then get the lock one after the other without sending one mark more.
 #[tokio::test]
 async fn waiters_woken_by_releases_that_kept_the_marks_do_not_mark_again() {
     let cluster = Cluster::start(3);
     let name = "wake:no-re-mark";
-    for node in cluster.nodes() {
-        node.set_px(name, "expires", Duration::from_millis(600));
-    }
     let clients = [
         client(&cluster).await,
         client(&cluster).await,
         client(&cluster).await,
     ];
-    // Every client's listeners connected to every node first: a listener that connects after
-    // its client's marks were placed (a waiter needs a quorum of them) makes its next attempt
-    // mark again, rightly, as notices may have gone unheard before it listened.
-    for redlock in &clients {
-        for node in cluster.nodes() {
-            node.set_px("wake:warm-up", "expires", Duration::from_millis(100));
-        }
-        let warm_up = redlock
-            .new_mutex("wake:warm-up")
-            .with_retry_delay(Duration::from_millis(50));
-        warm_up
-            .lock()
-            .await
-            .expect("the key expired")
-            .unlock()
-            .await
-            .expect("unlock");
-    }
-    subscribed(&cluster, "wake:warm-up", 3).await;
-    let polling = clients[0]
-        .new_mutex(name)
-        .with_expiry(Duration::from_secs(30))
-        .with_retry_delay(Duration::from_millis(50));
-    let held = polling.lock().await.expect("the key expired");
+    let held = held_after_waiting(&cluster, name, &clients).await;
     let marked_before_waiters = marks_sent(&cluster);
     let (locks, mut holders) = mpsc::unbounded_channel();
-    // A retry delay the marks outlive, so that no attempt marks to cover its wait (see
-    // `a_long_wait_marks_the_name_again_before_the_marks_expire`); hand-offs must be quicker.
-    let delay = Duration::from_secs(5);
     for (id, redlock) in clients[1..].iter().enumerate() {
-        let mutex = redlock.new_mutex(name).with_retry_delay(delay);
+        let mutex = redlock.new_mutex(name).with_retry_delay(KEPT_DELAY);
         waiter(&mutex, id, &locks);
     }
     // Both waiters' marked attempts, after their subscriptions.
@@ -788,13 +792,59 @@ async fn waiters_woken_by_releases_that_kept_the_marks_do_not_mark_again() {
     winner.unlock().await.expect("unlock");
     let (_, last) = next_holder(&mut holders).await;
     assert!(
-        released.elapsed() < delay / 2,
+        released.elapsed() < KEPT_DELAY / 2,
         "both woken by the releases, not by their retry delay"
     );
     assert_eq!(
         marks_sent(&cluster),
         before,
         "marks sent per node by waiters woken by releases that kept them"
+    );
+    last.unlock().await.expect("unlock");
+}
+
+/// The waiters of one client share its marks: a second `lock()` of the name in the client, which
+/// queues behind the first, makes its attempt unmarked, as the client's marks are in place.
+#[tokio::test]
+async fn the_waiters_of_one_client_share_its_marks() {
+    let cluster = Cluster::start(3);
+    let name = "wake:shared-marks";
+    let clients = [client(&cluster).await, client(&cluster).await];
+    let held = held_after_waiting(&cluster, name, &clients).await;
+    let marked_before_waiters = marks_sent(&cluster);
+    let (locks, mut holders) = mpsc::unbounded_channel();
+    let mutex = clients[1].new_mutex(name).with_retry_delay(KEPT_DELAY);
+    waiter(&mutex, 0, &locks);
+    let before: Vec<u64> = marked_before_waiters
+        .iter()
+        .map(|marks| marks + 1)
+        .collect();
+    eventually("the first waiter marked the name", || {
+        marks_sent(&cluster) == before
+    })
+    .await;
+    let sets_before = sets(&cluster);
+    waiter(&mutex, 1, &locks);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        sets(&cluster),
+        sets_before,
+        "the second waiter queued behind"
+    );
+    let released = Instant::now();
+    held.unlock().await.expect("unlock");
+    let (first, lock) = next_holder(&mut holders).await;
+    assert_eq!(first, 0, "served in the order they came");
+    lock.unlock().await.expect("unlock");
+    let (_, last) = next_holder(&mut holders).await;
+    assert!(
+        released.elapsed() < KEPT_DELAY / 2,
+        "both woken by the releases, not by their retry delay"
+    );
+    assert_eq!(
+        marks_sent(&cluster),
+        before,
+        "marks sent per node by the second waiter"
     );
     last.unlock().await.expect("unlock");
 }

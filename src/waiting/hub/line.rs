@@ -46,6 +46,26 @@ pub(crate) struct Line {
     /// When the last notice of a release that took a waiters' mark off its node arrived, spent or
     /// not (see `waiting::notices`; a release whose holder waited keeps the mark).
     last_taken: Option<Instant>,
+    /// The last write of marks that every node answered, by any waiter of this client: the marks
+    /// are the same keys whoever wrote them (see `waiting::notices`).
+    marks: Option<Marks>,
+}
+
+/// A write of waiters' marks of the name to every node, which every node answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Marks {
+    /// When the write began: the marks expire no sooner than `MARK_TTL` after it, and a notice of
+    /// a release that took one arrives after it.
+    pub(crate) sent: Instant,
+    /// The client's listener connections then (see `hub::State::connects`).
+    pub(crate) connects: u64,
+}
+
+impl Marks {
+    /// Of two writes, the one that began first.
+    pub(crate) fn min_by_sent(self, other: Marks) -> Marks {
+        if other.sent < self.sent { other } else { self }
+    }
 }
 
 struct Heard {
@@ -73,6 +93,7 @@ impl Line {
             last_node: 0,
             spread: Duration::ZERO,
             last_taken: None,
+            marks: None,
         }
     }
 
@@ -176,10 +197,21 @@ impl Line {
         (self.spread.mul_f64(fraction), self.last_node)
     }
 
-    /// Whether a notice of a release that took a mark arrived at or after `since`, late notices of
-    /// spent releases included.
-    pub(crate) fn mark_taken_at_or_after(&self, since: Instant) -> bool {
-        self.last_taken.is_some_and(|at| at >= since)
+    /// A write of marks that every node answered: the latest such write tells (see
+    /// `waiting::notices`: every node then has a mark that landed at or after its start).
+    pub(crate) fn marks_placed(&mut self, marks: Marks) {
+        if self.marks.is_none_or(|placed| placed.sent < marks.sent) {
+            self.marks = Some(marks);
+        }
+    }
+
+    /// The marks this client placed, while none may be gone from a node: no notice of a release
+    /// that took one arrived since their write began (late notices of spent releases included),
+    /// and the client's listeners did not (re)connect since (`connects`, their count now).
+    pub(crate) fn marks(&self, connects: u64) -> Option<Marks> {
+        self.marks.filter(|marks| {
+            marks.connects == connects && self.last_taken.is_none_or(|at| at < marks.sent)
+        })
     }
 
     /// Where waiter `id` stands in line.
@@ -331,13 +363,36 @@ mod tests {
         let mut line = Line::new(3, 2);
         let since = Instant::now();
         assert_eq!(line.join(1, since), None);
-        assert!(!line.mark_taken_at_or_after(since), "nothing heard yet");
+        assert_eq!(line.marks(0), None, "nothing placed yet");
+        line.marks_placed(marks(since));
+        assert_eq!(line.marks(0), Some(marks(since)));
         let (at, woke) = release(&mut line, "a", &[0, 1], since);
         assert_eq!(woke, [1]);
+        assert_eq!(line.marks(0), None, "taken");
+        line.marks_placed(marks(at + US));
+        assert_eq!(line.marks(0), Some(marks(at + US)));
         let (late, woke) = release(&mut line, "a", &[2], at + US);
         assert!(woke.is_empty(), "spent");
-        assert!(line.mark_taken_at_or_after(late));
-        assert!(!line.mark_taken_at_or_after(late + US));
+        assert_eq!(line.marks(0), None, "a late notice took one too");
+        line.marks_placed(marks(late + US));
+        assert_eq!(line.marks(0), Some(marks(late + US)));
+        assert_eq!(line.marks(1), None, "a listener connected since");
+    }
+
+    /// Marks written at `sent`, with no listener connection counted.
+    fn marks(sent: Instant) -> Marks {
+        Marks { sent, connects: 0 }
+    }
+
+    /// Of two writes that every node answered, the later-begun one tells: each node has a mark
+    /// that landed after it began.
+    #[test]
+    fn the_latest_write_of_marks_tells() {
+        let mut line = Line::new(3, 2);
+        let first = Instant::now();
+        line.marks_placed(marks(first + US));
+        line.marks_placed(marks(first));
+        assert_eq!(line.marks(0), Some(marks(first + US)));
     }
 
     /// A release that kept the mark wakes as any other, and leaves the marks counted as placed.
@@ -346,15 +401,16 @@ mod tests {
         let mut line = Line::new(3, 2);
         let since = Instant::now();
         assert_eq!(line.join(1, since), None);
+        line.marks_placed(marks(since));
         let (at, woke) = release(&mut line, "+a", &[0, 1], since);
         assert_eq!(woke, [1]);
         let (at, woke) = release(&mut line, "+a", &[2], at);
         assert!(woke.is_empty(), "spent");
-        assert!(!line.mark_taken_at_or_after(since));
+        assert_eq!(line.marks(0), Some(marks(since)));
         // One node's release took it (a holder that had not waited): that one counts.
         line.rearm(1, at);
-        let (at, _) = release(&mut line, "b", &[1], at);
-        assert!(line.mark_taken_at_or_after(at));
+        release(&mut line, "b", &[1], at);
+        assert_eq!(line.marks(0), None);
     }
 
     #[test]
