@@ -92,7 +92,7 @@ use super::wait::until;
 pub(crate) const MARK_TTL: Duration = Duration::from_secs(10);
 
 /// Before the value in a release notice, where the release left the waiters' mark in place
-/// (`release_notify.lua`): never the first character of a lock value (base64url), nor
+/// (`release_keep.lua`): never the first character of a lock value (base64url), nor
 /// of a fair hand-off's notice (`fair::scripts::GRANT_MARK`).
 pub(crate) const KEPT_MARK: u8 = b'+';
 

@@ -35,6 +35,8 @@ pub(crate) const SUFFIXES: &[&str] = &[":fence"];
 pub(crate) const RELEASE: Script = lua!("primitives/mutex/release.lua");
 /// Compare-and-delete with a release notice (`release_notify.lua`).
 pub(crate) const RELEASE_NOTIFY: Script = lua!("primitives/mutex/release_notify.lua");
+/// Compare-and-delete that keeps the waiters' mark, with a release notice (`release_keep.lua`).
+pub(crate) const RELEASE_KEEP: Script = lua!("primitives/mutex/release_keep.lua");
 /// Compare-and-PEXPIRE, and the repair of a node that lost the key (`extend.lua`).
 pub(crate) const EXTEND: Script = lua!("primitives/mutex/extend.lua");
 /// `SET NX PX` and the fencing counter (`acquire_fenced.lua`).
@@ -43,7 +45,14 @@ pub(crate) const ACQUIRE_FENCED: Script = lua!("primitives/mutex/acquire_fenced.
 pub(crate) const RAISE: Script = lua!("primitives/mutex/raise.lua");
 
 /// The mutex's scripts, which every node loads.
-pub(crate) const SCRIPTS: &[Script] = &[RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE];
+pub(crate) const SCRIPTS: &[Script] = &[
+    RELEASE,
+    RELEASE_NOTIFY,
+    RELEASE_KEEP,
+    EXTEND,
+    ACQUIRE_FENCED,
+    RAISE,
+];
 
 /// The key of a name's fencing counter, `{<name>}:fence`: beside the lock key in its slot, never
 /// expiring, kept across unlocks.
@@ -145,11 +154,16 @@ impl MutexTarget {
             }
             Op::Release {
                 notify: true,
-                keep_marks,
+                keep_marks: false,
+                ..
+            } => self.release_with(&RELEASE_NOTIFY, verb, member, value, None),
+            Op::Release {
+                notify: true,
+                keep_marks: true,
                 ..
             } => {
-                let keep = keep_marks.then(|| whole_millis(MARK_TTL));
-                self.release_with(&RELEASE_NOTIFY, verb, member, value, keep)
+                let keep = whole_millis(MARK_TTL);
+                self.release_with(&RELEASE_KEEP, verb, member, value, Some(keep))
             }
             Op::AcquireFenced => {
                 let script = verb.script(&ACQUIRE_FENCED);
@@ -166,8 +180,8 @@ impl MutexTarget {
     /// server the name and the value alone (the script makes the waiters' mark from the name);
     /// on a cluster also the mark, the command and the channel. A name without a slot prefix has
     /// no mark and no channel on a cluster (see `target::waiters_key`): there its release is the
-    /// plain one, and its waiters poll. With `keep`, the last argument: how many milliseconds the
-    /// waiters' mark is kept where the release finds one.
+    /// plain one, and its waiters poll. With `keep` (`release_keep.lua`), the argument after the
+    /// value: how many milliseconds the waiters' mark lives where the release finds one.
     pub(crate) fn release_with(
         &self,
         script: &Script,
@@ -189,20 +203,19 @@ impl MutexTarget {
         match (mark, notices) {
             (Some(mark), Some((publish, channel))) => {
                 let mut cmd = Cmd::with_capacity(
-                    8,
-                    48 + script.len() + name.len() + mark.len() + value.len() + channel.len(),
+                    9,
+                    64 + script.len() + name.len() + mark.len() + value.len() + channel.len(),
                 );
                 cmd.arg(verb.word())
                     .arg(script)
                     .arg(2)
                     .arg(&**name)
                     .arg(mark)
-                    .arg(value)
-                    .arg(publish)
-                    .arg(channel);
+                    .arg(value);
                 if let Some(keep) = keep {
                     cmd.arg(keep);
                 }
+                cmd.arg(publish).arg(channel);
                 cmd
             }
             _ => script_cmd(script, verb, name, value, keep),
@@ -482,15 +495,26 @@ mod tests {
         let standalone = target.command(keep, Delivery::ByDigest, Standalone, "v", 8);
         assert_eq!(
             words(&standalone)[1..],
-            [RELEASE_NOTIFY.digest(), "1", "n", "v", &ttl]
+            [RELEASE_KEEP.digest(), "1", "n", "v", &ttl]
         );
         let cluster = target.command(keep, Delivery::ByDigest, Cluster, "v", 8);
-        assert_eq!(words(&cluster).last(), Some(&ttl));
-        assert_eq!(words(&cluster).len(), 9);
-        let text = RELEASE_NOTIFY.text();
-        assert!(text.contains("ARGV[KEYS[2] and 4 or 2]"));
+        assert_eq!(
+            words(&cluster)[1..],
+            [
+                RELEASE_KEEP.digest(),
+                "2",
+                "n",
+                "{n}:waiters",
+                "v",
+                &ttl,
+                "SPUBLISH",
+                "redmutex:released:{n}"
+            ]
+        );
+        let text = RELEASE_KEEP.text();
+        assert!(text.contains("KEYS[2] or name .. ':waiters'"));
         let kept = char::from(crate::waiting::KEPT_MARK);
-        assert!(text.contains(&format!("message = '{kept}' .. ARGV[1]")));
+        assert!(text.contains(&format!("'{kept}' .. ARGV[1]")));
         // A name without a slot prefix has no mark on a cluster: a plain release there.
         let cluster = mutex("a}b").command(notify, Delivery::ByDigest, Cluster, "v", 8);
         assert_eq!(words(&cluster)[1..], [RELEASE.digest(), "1", "a}b", "v"]);
