@@ -664,6 +664,7 @@ mod tests {
     fn notices_go_to_the_channel_listeners_subscribe_to() {
         for script in [
             mutex::RELEASE_NOTIFY,
+            mutex::target::RELEASE_KEEP,
             FORCE_RELEASE,
             semaphore::target::RELEASE,
             multi::RELEASE,

@@ -55,8 +55,8 @@ pub(crate) async fn attempt_once(
 ) -> Result<Held, (Error, Cleanup)> {
     let nodes = resource.nodes();
     let round = matches!(op, Op::Round { .. });
-    // A failed attempt's keys are released keeping the waiters' marks: its own call goes on
-    // waiting, and so, likely, do others (see `waiting::notices`).
+    // A failed attempt's keys are released keeping the waiters' marks: where there is one, others
+    // wait, and its own call likely goes on waiting too (see `waiting::notices`).
     let request = Request::new(op, resource.target(), value, plan.millis)
         .with_replica_acks(plan.replica_acks)
         .with_release(plan.release_op(true))

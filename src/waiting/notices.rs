@@ -4,8 +4,8 @@
 //! # Marks
 //!
 //! A release publishes a notice only where a waiter marked the name (see
-//! `engine::target::waiters_key`): the release's `DEL` takes the mark with the key, and tells by
-//! its count whether there was one, so that a release nobody waits for costs its node nothing
+//! `engine::target::waiters_key`): the release's `DEL` takes the mark with the key (but see the
+//! next paragraph), and tells by its count whether there was one, so that a release nobody waits for costs its node nothing
 //! more than one more key in that `DEL`. Marks are shared: one waiter's mark makes the release
 //! notify every client that listens. Every mark lives [`MARK_TTL`], whoever sets it, so a mark
 //! set later never shortens one set earlier.
@@ -43,9 +43,10 @@
 //! Take a waiter W whose attempt A failed, and a release R on node n after A's command there
 //! (the release of a key that A found on n, or of one set there later). Either A carried marks
 //! (they reached n before A's command, so before R), or A sent none, and then its client's last
-//! marks (W's or another waiter's of the client) were placed on n, had not expired (3), no reconnection had been counted (2), and no notice of a
-//! release that took a mark had arrived since their write began (1) when A began. Then, at R, n
-//! has a mark (a release between that kept the mark left it there), and R notifies, or
+//! marks (W's or another waiter's of the client) were placed on n, had not expired (3), no
+//! reconnection had been counted (2), and no notice of a release that took a mark had arrived
+//! since their write began (1) when A began. Then, at R, n has a mark (a release between that
+//! kept the mark left it there), and R notifies, or
 //! a release R' took the mark off n between the marks and R, and published. R' was not heard
 //! before A began, so its notice arrives after A began: that is what the line counts for the wait
 //! after A (notices that arrive after the attempt began, see `hub::line`), as n's release, in
@@ -163,7 +164,7 @@ impl<'a> NoticeWait<'a> {
 
     /// Attempt number `attempt` begins at `started`; returns how long the marks sent with it
     /// live, if it sends any: none before the call waits (an attempt that succeeds needs none) nor
-    /// with the `last` attempt (nobody waits after it), and otherwise only where the call's marks
+    /// with the `last` attempt (nobody waits after it), and otherwise only where the client's marks
     /// may be gone (see the module's doc).
     pub(crate) fn attempt_starts(
         &mut self,
@@ -210,15 +211,18 @@ impl<'a> NoticeWait<'a> {
     /// The marks of every name of the lock that its client placed, while none may be gone (the
     /// oldest write of them, if they were written apart), or `None`.
     fn marks(&self) -> Option<Marks> {
-        let mut oldest: Option<Marks> = None;
-        for place in &self.places {
-            let marks = place.marks()?;
-            oldest = Some(oldest.map_or(marks, |oldest| oldest.min_by_sent(marks)));
-        }
-        oldest
+        oldest(self.places.iter().map(Place::marks))
     }
 
-    /// Whether this call's marks may be gone, or expire, before `wait_ends` and a node timeout
+    /// When the client's marks of every name of the lock must be written again before they
+    /// expire, whether or not some may be gone already (those are written again by the next
+    /// attempt; a wait must not outlast the others), if they were ever placed.
+    fn refresh(&self) -> Option<tokio::time::Instant> {
+        let marks = oldest(self.places.iter().map(Place::last_marks))?;
+        Some(tokio::time::Instant::from(self.refresh_at(marks)))
+    }
+
+    /// Whether the client's marks may be gone, or expire, before `wait_ends` and a node timeout
     /// (see the module's doc).
     fn mark_due(&self, wait_ends: Instant) -> bool {
         self.marks()
@@ -287,7 +291,8 @@ impl<'a> NoticeWait<'a> {
 
 /// Waits for a wake-up by release notices in any of `wait`'s places, or `delay` at most (and no
 /// later than its deadline); the index of the place woken, if any. Marks the names again where
-/// the call's marks would expire before the wait ends (see the module's doc).
+/// the client's last marks would expire before the wait ends (see the module's doc), whether or not
+/// some may be gone already.
 ///
 /// A woken waiter first pauses for its name's current spread (see `hub::line`). A pause means that
 /// woken waiters of several clients have been racing for the name: after it, one node is asked
@@ -297,10 +302,7 @@ impl<'a> NoticeWait<'a> {
 async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usize> {
     let deadline = until(delay, wait.deadline);
     loop {
-        let refresh = wait
-            .marks()
-            .map(|marked| tokio::time::Instant::from(wait.refresh_at(marked)))
-            .filter(|&refresh| refresh < deadline);
+        let refresh = wait.refresh().filter(|&refresh| refresh < deadline);
         let index = tokio::select! {
             () = tokio::time::sleep_until(refresh.unwrap_or(deadline)) => {
                 if refresh.is_some() {
@@ -370,6 +372,16 @@ async fn mark(wait: &mut NoticeWait<'_>) {
     if answers.iter().all(Result::is_ok) {
         wait.placed(marking);
     }
+}
+
+/// The write that began first of `marks`, or `None` if one is missing.
+fn oldest(marks: impl Iterator<Item = Option<Marks>>) -> Option<Marks> {
+    let mut oldest: Option<Marks> = None;
+    for marks in marks {
+        let marks = marks?;
+        oldest = Some(oldest.map_or(marks, |oldest| oldest.min_by_sent(marks)));
+    }
+    oldest
 }
 
 /// Resolves once one of `places` is woken, with its index.

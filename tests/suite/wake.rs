@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Lock, Mutex, Redlock};
-use redmutex_testenv::Cluster;
+use redmutex_testenv::{Cluster, Mode};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -606,6 +606,59 @@ async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
     .await;
 }
 
+/// The renewal of a long wait does not depend on the marks being in place when the wait begins: a
+/// notice that a release took the mark off one node, arriving while the marked attempt still waits
+/// for a slow node, leaves the wait with marks that may be gone, and they must still be written
+/// again before the others expire.
+#[tokio::test]
+async fn a_long_wait_renews_marks_unsettled_during_its_attempt() {
+    let cluster = Cluster::start(3);
+    let proxies = cluster.proxies();
+    let name = "wake:long-wait-unsettled";
+    let holding = client(&cluster).await;
+    let held = holding
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(60))
+        .lock()
+        .await
+        .expect("free lock");
+    let waiting = Redlock::connect(proxies.urls())
+        .await
+        .expect("valid URLs connect");
+    // Node 2 answers half a second late: the window in which the marked attempt is in flight.
+    proxies.set_mode(&[2], Mode::Delay(Duration::from_millis(500)));
+    let waiter = waiting
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_timeout_factor(0.05)
+        .with_retry_delay(FALLBACK);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    eventually("the waiter's marked attempt reached node 0", || {
+        cluster.node(0).calls("set") == 3
+    })
+    .await;
+    released_elsewhere(cluster.node(0), name, "elsewhere");
+    // Past the marks' life of 10 s.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        marked(&cluster, name),
+        [true; 3],
+        "the name is still marked"
+    );
+    assert_eq!(
+        marks_sent(&cluster),
+        [2; 3],
+        "the marked attempt's marks, and one renewal"
+    );
+    handed_over(
+        held,
+        task,
+        Duration::from_secs(5),
+        "woken by the release (the retry delay is a minute)",
+    )
+    .await;
+}
+
 /// After one of the client's listeners reconnected, the waiter marks the name again with its next
 /// attempt: a release while the listener was away may have taken the mark there, and its notice
 /// was lost with the connection.
@@ -703,6 +756,10 @@ async fn a_holder_that_waited_keeps_the_mark_in_its_release() {
     let waited = woken(task, Duration::from_secs(5), "woken by the release").await;
     // The waiter's winning attempt marked again: the release it heard had taken its marks.
     assert_eq!(marked(&cluster, name), [true; 3]);
+    // Shortened, so that only the release can give the marks their 10 s again.
+    for node in cluster.nodes() {
+        node.set_px(&waiters_mark(name), "1", Duration::from_secs(2));
+    }
     let second = waited.value().to_owned();
     waited.unlock().await.expect("unlock");
     assert_eq!(overheard.next(), format!("+{second}"));

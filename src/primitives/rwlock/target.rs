@@ -530,6 +530,26 @@ mod tests {
         );
     }
 
+    /// A writer that waited releases as such a mutex does, keeping the waiters' mark; a reader's
+    /// release always takes it (its script counts the readers left first).
+    #[test]
+    fn a_writer_that_waited_keeps_the_mark_a_reader_takes_it() {
+        let keep = Op::Release {
+            notify: true,
+            hand_off: false,
+            keep_marks: true,
+        };
+        let write = WriteTarget::new("{t}x".into(), Duration::from_millis(1450));
+        let cmd = write.command(keep, Delivery::ByDigest, Standalone, "v", 8000);
+        assert_eq!(
+            words(&cmd)[1],
+            crate::primitives::mutex::target::RELEASE_KEEP.digest()
+        );
+        let read = ReadTarget::new("{t}x".into());
+        let cmd = read.command(keep, Delivery::ByDigest, Standalone, "v", 8000);
+        assert_eq!(words(&cmd)[1], READ_RELEASE.digest());
+    }
+
     #[test]
     fn a_name_without_keys_beside_it_is_no_read_write_lock() {
         let refused = |target: &dyn Target| match target.check() {

@@ -205,6 +205,12 @@ impl Line {
         }
     }
 
+    /// The latest write of marks that every node answered, whether or not some may be gone since:
+    /// when they expire, whoever still waits must write them again.
+    pub(crate) fn last_marks(&self) -> Option<Marks> {
+        self.marks
+    }
+
     /// The marks this client placed, while none may be gone from a node: no notice of a release
     /// that took one arrived since their write began (late notices of spent releases included),
     /// and the client's listeners did not (re)connect since (`connects`, their count now).
@@ -377,6 +383,11 @@ mod tests {
         line.marks_placed(marks(late + US));
         assert_eq!(line.marks(0), Some(marks(late + US)));
         assert_eq!(line.marks(1), None, "a listener connected since");
+        assert_eq!(
+            line.last_marks(),
+            Some(marks(late + US)),
+            "still due to expire"
+        );
     }
 
     /// Marks written at `sent`, with no listener connection counted.

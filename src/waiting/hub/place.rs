@@ -87,6 +87,15 @@ impl Place {
             .and_then(|waiters| waiters.line.marks(connects))
     }
 
+    /// The latest write of marks of the name this client placed (see `Line::last_marks`).
+    pub(crate) fn last_marks(&self) -> Option<Marks> {
+        let state = self.hub.state();
+        state
+            .names
+            .get(&*self.name)
+            .and_then(|waiters| waiters.line.last_marks())
+    }
+
     /// Every node answered a write of marks of the name (see `Line::marks_placed`).
     pub(crate) fn marks_placed(&self, marks: Marks) {
         self.with_line(|line| {
