@@ -12,7 +12,8 @@
 #        NODE_CASES='mutex fair-entry' bash benches/node_instructions.sh   (some cases only;
 #        fair-handoff, a join round and a release that hands over, wake-marked, a release that
 #        finds a waiter's mark and notifies, wake-sharded, the same as a cluster member's
-#        script sends it (SPUBLISH), and default-inline, the default's release sent in
+#        script sends it (SPUBLISH), wake-kept, a release that keeps the mark (its holder
+#        waited) and notifies, and default-inline, the default's release sent in
 #        full (EVAL) as cleanups send it, run only when named; so do
 #        the primitives' cases of issue 29: write-plain, names-plain-N (the multi-name lock's
 #        plain entry over N free names), semaphore, semaphore-among-2 and the
@@ -70,9 +71,11 @@ resp() {
 sha() { printf '%s' "$1" | sha1sum | cut -d' ' -f1; }
 release=$(lua src/primitives/mutex/release.lua)
 release_notify=$(lua src/primitives/mutex/release_notify.lua)
+release_keep=$(lua src/primitives/mutex/release_keep.lua)
 fair_round=$(lua src/waiting/fair/round.lua)
 fair_release=$(lua src/waiting/fair/release.lua)
 release_notify_sha=$(sha "$release_notify")
+release_keep_sha=$(sha "$release_keep")
 fair_round_sha=$(sha "$fair_round")
 fair_release_sha=$(sha "$fair_release")
 names_acquire=$(lua src/primitives/multi/acquire.lua)
@@ -106,7 +109,7 @@ grants='redmutex:granted:{n}:0000000000c0ffee'
 commands() {
     local case=$1 count=$2 i v
     for script in "$release" "$names_acquire" "$names_release" "$read_acquire" "$read_release" \
-        "$write_acquire" "$noop" "$release_notify" "$fair_round" "$fair_release" \
+        "$write_acquire" "$noop" "$release_notify" "$release_keep" "$fair_round" "$fair_release" \
         "$sem_acquire" "$sem_release" "$fenced_acquire" "$fenced_raise"; do
         resp SCRIPT LOAD "$script"
     done
@@ -160,6 +163,14 @@ commands() {
             resp PSETEX n:waiters 1000 1
             resp SET n "$v" NX PX 8000
             resp EVALSHA "$release_notify_sha" 1 n "$v"
+            ;;
+        wake-kept)
+            # Somebody waits under steady contention, and the holder had waited too: the mark is
+            # there (set once, before the pairs), the release keeps it (release_keep.lua, given how
+            # long the mark lives from then) and publishes, so no waiter needs to mark again.
+            if [ "$i" = 0 ]; then resp PSETEX n:waiters 99999999 1; fi
+            resp SET n "$v" NX PX 8000
+            resp EVALSHA "$release_keep_sha" 1 n "$v" 10000
             ;;
         wake-sharded)
             # The same, as a cluster member's script publishes: the mark beside the name as a

@@ -645,7 +645,7 @@ mod tests {
 
     #[test]
     fn digests_are_sha1_hex_and_distinct() {
-        assert_eq!(SCRIPTS.len(), 24);
+        assert_eq!(SCRIPTS.len(), 25);
         for script in &SCRIPTS {
             let digest = script.digest();
             assert_eq!(digest.len(), 40);
@@ -664,6 +664,7 @@ mod tests {
     fn notices_go_to_the_channel_listeners_subscribe_to() {
         for script in [
             mutex::RELEASE_NOTIFY,
+            mutex::target::RELEASE_KEEP,
             FORCE_RELEASE,
             semaphore::target::RELEASE,
             multi::RELEASE,

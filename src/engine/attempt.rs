@@ -55,9 +55,11 @@ pub(crate) async fn attempt_once(
 ) -> Result<Held, (Error, Cleanup)> {
     let nodes = resource.nodes();
     let round = matches!(op, Op::Round { .. });
+    // A failed attempt's keys are released keeping the waiters' marks: where there is one, others
+    // wait, and its own call likely goes on waiting too (see `waiting::notices`).
     let request = Request::new(op, resource.target(), value, plan.millis)
         .with_replica_acks(plan.replica_acks)
-        .with_release(plan.release_op())
+        .with_release(plan.release_op(true))
         .with_marks(marks);
     // A fair round needs every node's answer: where it stands in line is part of the outcome.
     let (mut tally, in_flight) = if plan.fail_fast && !round {
@@ -136,7 +138,7 @@ pub(crate) async fn attempt_once(
                 Arc::clone(nodes),
                 Arc::clone(resource.target()),
                 Arc::clone(value),
-                plan,
+                (plan, plan.release_op(true)),
                 Delivery::ByDigest,
             );
             let confirmed = |tally: Tally| tally.unconfirmed() == 0;

@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use tokio::time::{sleep_until, timeout_at};
 
 use crate::engine::metrics;
-use crate::engine::request::{Delivery, Request, call};
+use crate::engine::request::{Delivery, Op, Request, call};
 use crate::engine::settings::Plan;
 use crate::engine::tally::Tally;
 use crate::engine::target::Target;
@@ -344,17 +344,17 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Releases `value` on every node.
+/// Releases `value` on every node with `op` (one of `Plan::release_op`).
 pub(crate) fn release(
     nodes: Arc<[Node]>,
     target: Arc<dyn Target>,
     value: Arc<str>,
-    plan: &Plan,
+    (plan, op): (&Plan, Op),
     delivery: Delivery,
 ) -> impl Future<Output = Tally> + Send + 'static {
     // The expiry travels with the request: it bounds how long a follow-up to a stalled node may
     // wait (after the expiry the key is gone anyway).
-    let (timeout, millis, op) = (plan.node_timeout, plan.millis, plan.release_op());
+    let (timeout, millis) = (plan.node_timeout, plan.millis);
     async move {
         let request = Request::with_delivery(op, &target, &value, millis, delivery);
         all(&nodes, request, timeout, false).await
@@ -367,15 +367,9 @@ pub(crate) async fn release_until_decided(
     nodes: &Arc<[Node]>,
     target: &Arc<dyn Target>,
     value: &Arc<str>,
-    plan: &Plan,
+    (plan, op): (&Plan, Op),
 ) -> (Tally, Option<Stragglers>) {
-    let request = Request::with_delivery(
-        plan.release_op(),
-        target,
-        value,
-        plan.millis,
-        Delivery::ByDigest,
-    );
+    let request = Request::with_delivery(op, target, value, plan.millis, Delivery::ByDigest);
     let decided = Tally::release_decided;
     let (tally, in_flight) = gather(nodes, request, plan.node_timeout, false, decided).await;
     (tally, in_flight.map(InFlight::finish_in_background))
@@ -404,9 +398,9 @@ pub(crate) fn spawn_release(
     nodes: Arc<[Node]>,
     target: Arc<dyn Target>,
     value: Arc<str>,
-    plan: &Plan,
+    (plan, op): (&Plan, Op),
 ) {
     if let Some(runtime) = runtime.or_else(|| tokio::runtime::Handle::try_current().ok()) {
-        runtime.spawn(release(nodes, target, value, plan, Delivery::Inline));
+        runtime.spawn(release(nodes, target, value, (plan, op), Delivery::Inline));
     }
 }

@@ -22,6 +22,9 @@ pub(crate) struct Held {
     value: Arc<str>,
     /// The fencing token, when the primitive has fencing on.
     token: Option<u64>,
+    /// Its `lock()` call had to wait for it: others likely wait too, so its release keeps the
+    /// waiters' marks (see `Plan::release_op`).
+    waited: bool,
     state: std::sync::Mutex<State>,
     /// Held by an extend from its request to the take-back of its repairs: extends of one lock
     /// (a keep-alive's and a clone's) run one at a time, so that one's take-back never deletes
@@ -60,6 +63,7 @@ impl Held {
             resource,
             value,
             token,
+            waited: false,
             state: std::sync::Mutex::new(State {
                 valid_until,
                 unlocked: false,
@@ -71,6 +75,12 @@ impl Held {
             }),
             extending: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The same lock, whose `lock()` call had to wait for it.
+    pub(crate) fn after_waiting(mut self) -> Held {
+        self.waited = true;
+        self
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -248,7 +258,7 @@ impl Held {
             nodes,
             target,
             Arc::clone(&self.value),
-            plan,
+            (plan, plan.release_op(self.waited)),
             Delivery::ByDigest,
         )
         .await;
@@ -273,11 +283,13 @@ impl Held {
         self.cancel_in_flight();
         let resource = &self.resource;
         let (nodes, target, value) = (resource.nodes(), resource.target(), &self.value);
+        let op = plan.release_op(self.waited);
         let (tally, in_flight) = if plan.fail_fast {
-            fanout::release_until_decided(nodes, target, value, plan).await
+            fanout::release_until_decided(nodes, target, value, (plan, op)).await
         } else {
             let (nodes, target, value) = (Arc::clone(nodes), Arc::clone(target), Arc::clone(value));
-            let tally = fanout::release(nodes, target, value, plan, Delivery::ByDigest).await;
+            let delivery = Delivery::ByDigest;
+            let tally = fanout::release(nodes, target, value, (plan, op), delivery).await;
             (tally, None)
         };
         let (ok, total) = (tally.ours, tally.total);
@@ -365,7 +377,7 @@ impl Drop for Held {
             Arc::clone(self.resource.nodes()),
             Arc::clone(self.resource.target()),
             Arc::clone(&self.value),
-            plan,
+            (plan, plan.release_op(self.waited)),
         );
     }
 }

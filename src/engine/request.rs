@@ -37,9 +37,14 @@ pub(crate) enum Op {
     /// extend of a lock still valid (see `Held::extend`). A target whose keys cannot be repaired
     /// so sends its extend.
     ExtendAndRepair,
-    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `hub`); with
+    /// Compare-and-DEL; with `notify`, also a release notice for waiters (see `hub`), which with
+    /// `keep_marks` leaves the waiters' mark where it found one (see `waiting::notices`); with
     /// `hand_off`, also leave the fair line and hand the lock to its head (see `waiting::fair`).
-    Release { notify: bool, hand_off: bool },
+    Release {
+        notify: bool,
+        hand_off: bool,
+        keep_marks: bool,
+    },
     /// Acquire that also reads the fencing counter.
     AcquireFenced,
     /// Raise the fencing counter to a token where our value holds the lock.
@@ -150,6 +155,7 @@ impl Request {
             release: Op::Release {
                 notify: false,
                 hand_off: false,
+                keep_marks: false,
             },
             marks: 0,
         }
@@ -282,7 +288,9 @@ impl Request {
     /// What a member of kind `member` must run for `op` on this request's target.
     fn needs_of(&self, op: Op, member: Member) -> &'static Needs {
         let publishes = match op {
-            Op::Release { notify, hand_off } => notify || hand_off,
+            Op::Release {
+                notify, hand_off, ..
+            } => notify || hand_off,
             Op::Round { .. } => true,
             _ => false,
         };
@@ -737,6 +745,7 @@ mod tests {
         let release = Op::Release {
             notify: false,
             hand_off: false,
+            keep_marks: false,
         };
         for (op, waits) in [
             (Op::Acquire, true),
@@ -764,6 +773,7 @@ mod tests {
         let release = Op::Release {
             notify: false,
             hand_off: false,
+            keep_marks: false,
         };
         for op in [
             Op::Acquire,
@@ -901,6 +911,7 @@ mod tests {
             Op::Release {
                 notify: false,
                 hand_off: false,
+                keep_marks: false,
             },
         ] {
             let r = request(op);
@@ -952,6 +963,7 @@ mod tests {
             Op::Release {
                 notify: true,
                 hand_off: false,
+                keep_marks: false,
             },
         ] {
             for reply in [&reply, &nested] {
@@ -998,6 +1010,7 @@ mod tests {
         let notify = Op::Release {
             notify: true,
             hand_off: false,
+            keep_marks: false,
         };
         let request = request(notify);
         let sent = |member| match request.message(member) {
@@ -1031,7 +1044,13 @@ mod tests {
     /// (by the version gate, before anything is sent), and nothing else.
     #[test]
     fn notices_on_a_cluster_need_redis_7() {
-        let release = |notify, hand_off| request(Op::Release { notify, hand_off });
+        let release = |notify, hand_off| {
+            request(Op::Release {
+                notify,
+                hand_off,
+                keep_marks: false,
+            })
+        };
         for publishes in [
             release(true, false),
             release(true, true),

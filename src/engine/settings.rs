@@ -166,11 +166,14 @@ impl Plan {
     }
 
     /// How this mutex releases: compare-and-delete, with a notice for waiters when they listen,
-    /// and a hand-off to the head of the line when they wait in it.
-    pub(crate) fn release_op(&self) -> Op {
+    /// and a hand-off to the head of the line when they wait in it. With `keep_marks` (the holder
+    /// had to wait, or the keys are a failed attempt's), a notice leaves the waiters' mark in place
+    /// (see `waiting::notices`).
+    pub(crate) fn release_op(&self, keep_marks: bool) -> Op {
         Op::Release {
             notify: self.wake_on_release,
             hand_off: self.fair,
+            keep_marks,
         }
     }
 }

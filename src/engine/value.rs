@@ -52,14 +52,22 @@ pub(crate) const READERS_MARKER: &str = "redmutex:readers";
 
 /// A lock value must be non-empty (an empty value would match any empty-string key), free of NUL
 /// characters (a release notice whose payload starts with one is a fair hand-off, see
-/// `waiting::fair`'s grant mark), and not the readers' marker (a holder with that value would take
-/// the readers' key for its own).
+/// `waiting::fair`'s grant mark), must not start with `+` (a release notice whose payload does
+/// kept the waiters' mark, see `waiting::KEPT_MARK`: a value that did would tell waiters that a
+/// mark was kept where its release took it), and must not be the readers' marker (a holder with
+/// that value would take the readers' key for its own).
 pub(crate) fn check_value(value: &str) -> Result<(), Error> {
     if value.is_empty() {
         return Err(Error::config("value", "must not be empty"));
     }
     if value.contains('\0') {
         return Err(Error::config("value", "must not contain NUL characters"));
+    }
+    if value.as_bytes().first() == Some(&crate::waiting::KEPT_MARK) {
+        return Err(Error::config(
+            "value",
+            "must not start with `+` (it marks the release notices that kept the waiters' mark)",
+        ));
     }
     if value == READERS_MARKER {
         return Err(Error::config(
@@ -84,6 +92,16 @@ mod tests {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         );
+    }
+
+    #[test]
+    fn values_that_notices_would_misread_are_refused() {
+        for value in ["", "a\0b", "+abc", READERS_MARKER] {
+            assert!(check_value(value).is_err(), "{value:?}");
+        }
+        for value in ["a+b", "-abc", "abc+", &*random_value()] {
+            assert!(check_value(value).is_ok(), "{value:?}");
+        }
     }
 
     #[test]

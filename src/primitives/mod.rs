@@ -247,6 +247,7 @@ mod tests {
         let release = |hand_off| Op::Release {
             notify: true,
             hand_off,
+            keep_marks: false,
         };
         for op in [
             Op::Acquire,
@@ -343,7 +344,11 @@ mod tests {
         use crate::nodes::Member::{Cluster, Standalone};
         use crate::nodes::listener::NOTICE_PREFIX;
 
-        let release = |notify, hand_off| Op::Release { notify, hand_off };
+        let release = |notify, hand_off| Op::Release {
+            notify,
+            hand_off,
+            keep_marks: false,
+        };
         let ops = [
             Op::Acquire,
             Op::AcquireFenced,
@@ -409,7 +414,9 @@ mod tests {
                 assert!(!publishes(&cluster, "PUBLISH"), "{context}");
                 // What publishes: a release with notice or hand-off, and a fair round.
                 let expected = match op {
-                    Op::Release { notify, hand_off } => notify || hand_off,
+                    Op::Release {
+                        notify, hand_off, ..
+                    } => notify || hand_off,
                     Op::Round { .. } => target.has_line(),
                     _ => false,
                 };

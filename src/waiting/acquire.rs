@@ -79,7 +79,9 @@ async fn attempts(
         let cleanup = match outcome {
             Ok(lock) => {
                 guard.armed = false;
-                waiting.acquired();
+                if waiting.acquired() {
+                    return Ok(lock.after_waiting());
+                }
                 return Ok(lock);
             }
             // Refusals (permissions, credentials) that leave no quorum fail every try alike.
@@ -152,7 +154,7 @@ impl Drop for CancelGuard<'_> {
                 Arc::clone(self.resource.nodes()),
                 Arc::clone(self.resource.target()),
                 Arc::clone(&self.value),
-                self.plan,
+                (self.plan, self.plan.release_op(true)),
             );
         }
     }

@@ -17,4 +17,5 @@ pub(crate) mod listeners;
 mod notices;
 mod wait;
 
+pub(crate) use notices::{KEPT_MARK, MARK_TTL};
 pub(crate) use wait::{Resume, Waiting};

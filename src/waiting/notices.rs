@@ -4,20 +4,31 @@
 //! # Marks
 //!
 //! A release publishes a notice only where a waiter marked the name (see
-//! `engine::target::waiters_key`): the release's `DEL` takes the mark with the key, and tells by
-//! its count whether there was one, so that a release nobody waits for costs its node nothing
+//! `engine::target::waiters_key`): the release's `DEL` takes the mark with the key (but see the
+//! next paragraph), and tells by its count whether there was one, so that a release nobody waits for costs its node nothing
 //! more than one more key in that `DEL`. Marks are shared: one waiter's mark makes the release
 //! notify every client that listens. Every mark lives [`MARK_TTL`], whoever sets it, so a mark
 //! set later never shortens one set earlier.
 //!
-//! A waiter marks the names in the same write as an attempt, before the attempt's command
-//! (`Request::with_marks`), or in a write of their own while it waits. It counts its marks as
-//! placed once every node answered that write, and from then on it sends none until they may be
-//! gone, which it can tell, because a mark leaves a node in one of three ways only:
+//! A release whose holder waited for the lock (or that frees a failed attempt's keys) leaves the
+//! mark where it found one, to live [`MARK_TTL`] from then, and says so by [`KEPT_MARK`] before
+//! the value in its notice: under contention the waiters that hear it need not mark again, which
+//! would otherwise cost each client's woken waiter a mark per node per hand-off. A holder that got
+//! the name without waiting ends the chain: its release takes the mark, as every release did
+//! before.
 //!
-//! 1. a release took it, and published a notice there: a notice of the name that arrived at or
-//!    after the start of the marking write (any notice, late ones of a release already spent
-//!    included) makes the next attempt mark again, and so does every attempt after a wake-up;
+//! A waiter marks the names in the same write as an attempt, before the attempt's command
+//! (`Request::with_marks`), or in a write of their own while it waits. Its client counts the marks
+//! as placed once every node answered that write (the latest such write, see
+//! `hub::line::Line::marks_placed`), for every waiter of the name in the client: they are the same
+//! keys whoever wrote them. From then on no waiter of the client sends any until they may be gone,
+//! which it can tell, because a mark leaves a node in one of three ways only:
+//!
+//! 1. a release took it, and published a notice there without [`KEPT_MARK`]: such a notice of the
+//!    name that arrived at or after the start of the marking write (late ones of a release
+//!    already spent included) makes the next attempt mark again. A notice with it comes from a
+//!    release that left the mark, to live [`MARK_TTL`] from then: the node has a mark that lives
+//!    longer than the one the waiter counts on;
 //! 2. a node lost it, with the notice (the listener was away: the client's listeners counted a
 //!    reconnection since the marking write; or the node restarted or evicted keys, a lost notice);
 //! 3. it expired: an attempt marks again when its marks would expire within a node timeout and
@@ -31,9 +42,11 @@
 //!
 //! Take a waiter W whose attempt A failed, and a release R on node n after A's command there
 //! (the release of a key that A found on n, or of one set there later). Either A carried marks
-//! (they reached n before A's command, so before R), or A sent none, and then W's last marks were
-//! placed on n, had not expired (3), no reconnection had been counted (2), and no notice had
-//! arrived since their write began (1) when A began. Then, at R, n has a mark, and R notifies, or
+//! (they reached n before A's command, so before R), or A sent none, and then its client's last
+//! marks (W's or another waiter's of the client) were placed on n, had not expired (3), no
+//! reconnection had been counted (2), and no notice of a release that took a mark had arrived
+//! since their write began (1) when A began. Then, at R, n has a mark (a release between that
+//! kept the mark left it there), and R notifies, or
 //! a release R' took the mark off n between the marks and R, and published. R' was not heard
 //! before A began, so its notice arrives after A began: that is what the line counts for the wait
 //! after A (notices that arrive after the attempt began, see `hub::line`), as n's release, in
@@ -41,9 +54,9 @@
 //! as it would be had every attempt marked. And once W has made an attempt after R', it marks
 //! again (1). The line does not count R' for W in one case: R' had already woken a waiter of this
 //! client (a woken waiter spends its release for the others). That waiter's next attempt marks
-//! every node, after R' on every node whose notice of R' was among those that woke it; a slower
-//! node is the gap below. Where notices are lost (2), the retry delay is the fallback, as it
-//! always was.
+//! every node (1), after R' on every node whose notice of R' was among those that woke it; a
+//! slower node is the gap below. Where notices are lost (2), the retry delay is the fallback, as
+//! it always was.
 //!
 //! The gap is older than these rules, and they keep it as it was: a release R' whose notices
 //! woke a waiter of this client spends its value for the line, so that its late notices do not
@@ -51,7 +64,7 @@
 //! marks of the woken waiter's attempt (its command came to n before R'), is then not counted:
 //! if the next holder's quorum has n and no more nodes than a quorum, its release wakes nobody
 //! here, and waiters retry at their delay. The woken waiter and every other marks again with its
-//! next attempt.
+//! next attempt. A release R' that kept the marks leaves no such gap: n still has a mark.
 //!
 //! A mark left by a waiter that gave up costs at most one notice nobody hears: the first release
 //! takes it.
@@ -65,6 +78,7 @@ use crate::engine::tally::Tally;
 use crate::engine::target::mark_commands;
 use crate::nodes::probe::{each_node, in_use, send};
 use crate::waiting::hub::Place;
+use crate::waiting::hub::line::Marks;
 use crate::waiting::listeners::Listeners;
 
 use super::wait::until;
@@ -78,19 +92,14 @@ use super::wait::until;
 /// that long after its waiter has no listener left to reach.
 pub(crate) const MARK_TTL: Duration = Duration::from_secs(10);
 
+/// Before the value in a release notice, where the release left the waiters' mark in place
+/// (`release_keep.lua`): never the first character of a lock value (base64url), nor
+/// of a fair hand-off's notice (`fair::scripts::GRANT_MARK`).
+pub(crate) const KEPT_MARK: u8 = b'+';
+
 /// How long before they expire a waiter's marks are set again, beyond the node timeout: the time
 /// the write may take to reach the nodes on a loaded machine.
 const MARK_SLACK: Duration = Duration::from_millis(100);
-
-/// A write of marks to every node.
-#[derive(Clone, Copy)]
-struct Marked {
-    /// When the write began: the marks expire no sooner than [`MARK_TTL`] after it, and a notice
-    /// that arrived from then on may have taken them.
-    sent: Instant,
-    /// The client's listener connections then (see `hub::State::connects`).
-    connects: u64,
-}
 
 /// One `lock()` call's waiting by release notices.
 pub(crate) struct NoticeWait<'a> {
@@ -108,10 +117,8 @@ pub(crate) struct NoticeWait<'a> {
     woken: Option<usize>,
     /// The retry delay after the current attempt, drawn as it starts.
     delay: Duration,
-    /// This call's last marks that every node answered, while they may still be there.
-    marked: Option<Marked>,
     /// The marks the current attempt sends, if it sends any.
-    marking: Option<Marked>,
+    marking: Option<Marks>,
 }
 
 impl<'a> NoticeWait<'a> {
@@ -129,7 +136,6 @@ impl<'a> NoticeWait<'a> {
             places: Vec::new(),
             woken: None,
             delay: Duration::ZERO,
-            marked: None,
             marking: None,
         }
     }
@@ -158,7 +164,7 @@ impl<'a> NoticeWait<'a> {
 
     /// Attempt number `attempt` begins at `started`; returns how long the marks sent with it
     /// live, if it sends any: none before the call waits (an attempt that succeeds needs none) nor
-    /// with the `last` attempt (nobody waits after it), and otherwise only where the call's marks
+    /// with the `last` attempt (nobody waits after it), and otherwise only where the client's marks
     /// may be gone (see the module's doc).
     pub(crate) fn attempt_starts(
         &mut self,
@@ -181,7 +187,7 @@ impl<'a> NoticeWait<'a> {
         if !self.mark_due(wait_ends) {
             return None;
         }
-        self.marking = Some(Marked {
+        self.marking = Some(Marks {
             sent: started,
             connects: self.connects(),
         });
@@ -190,30 +196,42 @@ impl<'a> NoticeWait<'a> {
 
     /// The replies of the current attempt: its marks count as placed if every node answered.
     pub(crate) fn replies(&mut self, tally: &Tally) {
-        if let Some(marking) = self.marking.take() {
-            self.marked = (tally.unconfirmed() == 0).then_some(marking);
+        if let Some(marking) = self.marking.take().filter(|_| tally.unconfirmed() == 0) {
+            self.placed(marking);
         }
     }
 
-    /// Whether this call's marks may be gone, or expire, before `wait_ends` and a node timeout
-    /// (see the module's doc): after a wake-up, a notice heard since they were sent, a listener
-    /// that reconnected, or marks that are too old.
+    /// Every node answered a write of marks of every name of the lock.
+    fn placed(&self, marks: Marks) {
+        for place in &self.places {
+            place.marks_placed(marks);
+        }
+    }
+
+    /// The marks of every name of the lock that its client placed, while none may be gone (the
+    /// oldest write of them, if they were written apart), or `None`.
+    fn marks(&self) -> Option<Marks> {
+        oldest(self.places.iter().map(Place::marks))
+    }
+
+    /// When the client's marks of every name of the lock must be written again before they
+    /// expire, whether or not some may be gone already (those are written again by the next
+    /// attempt; a wait must not outlast the others), if they were ever placed.
+    fn refresh(&self) -> Option<tokio::time::Instant> {
+        let marks = oldest(self.places.iter().map(Place::last_marks))?;
+        Some(tokio::time::Instant::from(self.refresh_at(marks)))
+    }
+
+    /// Whether the client's marks may be gone, or expire, before `wait_ends` and a node timeout
+    /// (see the module's doc).
     fn mark_due(&self, wait_ends: Instant) -> bool {
-        let Some(marked) = self.marked else {
-            return true;
-        };
-        self.woken.is_some()
-            || self
-                .places
-                .iter()
-                .any(|place| place.heard_at_or_after(marked.sent))
-            || self.connects() != marked.connects
-            || self.refresh_at(marked) < wait_ends
+        self.marks()
+            .is_none_or(|marks| self.refresh_at(marks) < wait_ends)
     }
 
     /// When marks written at `marked` must be written again: a node timeout and the slack before
     /// they expire.
-    fn refresh_at(&self, marked: Marked) -> Instant {
+    fn refresh_at(&self, marked: Marks) -> Instant {
         marked.sent + MARK_TTL.saturating_sub(self.plan.node_timeout + MARK_SLACK)
     }
 
@@ -257,20 +275,24 @@ impl<'a> NoticeWait<'a> {
         self.woken = wait_in_line(self, self.delay).await;
     }
 
-    /// The call got the lock: it leaves the lines for good, keeping the wake-up it used.
-    pub(crate) fn acquired(self) {
+    /// The call got the lock: it leaves the lines for good, keeping the wake-up it used. Returns
+    /// whether it had joined them (it waited).
+    pub(crate) fn acquired(self) -> bool {
         if self.woken.is_some() {
             metrics::handoff(metrics::Handoff::Wake);
         }
+        let waited = !self.places.is_empty();
         for place in self.places {
             place.done();
         }
+        waited
     }
 }
 
 /// Waits for a wake-up by release notices in any of `wait`'s places, or `delay` at most (and no
 /// later than its deadline); the index of the place woken, if any. Marks the names again where
-/// the call's marks would expire before the wait ends (see the module's doc).
+/// the client's last marks would expire before the wait ends (see the module's doc), whether or not
+/// some may be gone already.
 ///
 /// A woken waiter first pauses for its name's current spread (see `hub::line`). A pause means that
 /// woken waiters of several clients have been racing for the name: after it, one node is asked
@@ -280,10 +302,7 @@ impl<'a> NoticeWait<'a> {
 async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usize> {
     let deadline = until(delay, wait.deadline);
     loop {
-        let refresh = wait
-            .marked
-            .map(|marked| tokio::time::Instant::from(wait.refresh_at(marked)))
-            .filter(|&refresh| refresh < deadline);
+        let refresh = wait.refresh().filter(|&refresh| refresh < deadline);
         let index = tokio::select! {
             () = tokio::time::sleep_until(refresh.unwrap_or(deadline)) => {
                 if refresh.is_some() {
@@ -311,9 +330,12 @@ async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usiz
         match in_use(connection, probe, plan.node_timeout).await {
             Some(true) => {
                 tracing::trace!(node, "taken again before the attempt");
-                // The release spent the marks, and whoever took the name may not have marked it
-                // (a first attempt does not): mark it again, or its release would be silent.
-                mark(wait).await;
+                // A release that took the marks spent them, and whoever took the name may not
+                // have marked it (a first attempt does not): mark it again, or its release would
+                // be silent. A release that kept them left them for the next one.
+                if wait.marks().is_none() {
+                    mark(wait).await;
+                }
                 wait.places[index].wait_again(woken_at);
             }
             // Free, or no answer: the attempt will tell.
@@ -327,7 +349,7 @@ async fn wait_in_line(wait: &mut NoticeWait<'_>, delay: Duration) -> Option<usiz
 /// timeout; a node that does not answer in time costs only its notice, and the next attempt marks
 /// again.
 async fn mark(wait: &mut NoticeWait<'_>) {
-    let marking = Marked {
+    let marking = Marks {
         sent: Instant::now(),
         connects: wait.connects(),
     };
@@ -347,7 +369,19 @@ async fn mark(wait: &mut NoticeWait<'_>) {
         },
     )
     .await;
-    wait.marked = answers.iter().all(Result::is_ok).then_some(marking);
+    if answers.iter().all(Result::is_ok) {
+        wait.placed(marking);
+    }
+}
+
+/// The write that began first of `marks`, or `None` if one is missing.
+fn oldest(marks: impl Iterator<Item = Option<Marks>>) -> Option<Marks> {
+    let mut oldest: Option<Marks> = None;
+    for marks in marks {
+        let marks = marks?;
+        oldest = Some(oldest.map_or(marks, |oldest| oldest.min_by_sent(marks)));
+    }
+    oldest
 }
 
 /// Resolves once one of `places` is woken, with its index.

@@ -160,11 +160,13 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// The call got the lock. Dropping a `Waiting` without this means the call ended without it
-    /// (failed, or cancelled).
-    pub(crate) fn acquired(self) {
-        if let Waiting::Notices(notices) = self {
-            notices.acquired();
+    /// The call got the lock; returns whether it waited in a line for release notices (then its
+    /// release keeps the waiters' marks, see `waiting::notices`). Dropping a `Waiting` without
+    /// this means the call ended without it (failed, or cancelled).
+    pub(crate) fn acquired(self) -> bool {
+        match self {
+            Waiting::Notices(notices) => notices.acquired(),
+            _ => false,
         }
     }
 }

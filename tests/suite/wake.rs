@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redmutex::{Error, Lock, Mutex, Redlock};
-use redmutex_testenv::Cluster;
+use redmutex_testenv::{Cluster, Mode};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -606,6 +606,59 @@ async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
     .await;
 }
 
+/// The renewal of a long wait does not depend on the marks being in place when the wait begins: a
+/// notice that a release took the mark off one node, arriving while the marked attempt still waits
+/// for a slow node, leaves the wait with marks that may be gone, and they must still be written
+/// again before the others expire.
+#[tokio::test]
+async fn a_long_wait_renews_marks_unsettled_during_its_attempt() {
+    let cluster = Cluster::start(3);
+    let proxies = cluster.proxies();
+    let name = "wake:long-wait-unsettled";
+    let holding = client(&cluster).await;
+    let held = holding
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(60))
+        .lock()
+        .await
+        .expect("free lock");
+    let waiting = Redlock::connect(proxies.urls())
+        .await
+        .expect("valid URLs connect");
+    // Node 2 answers half a second late: the window in which the marked attempt is in flight.
+    proxies.set_mode(&[2], Mode::Delay(Duration::from_millis(500)));
+    let waiter = waiting
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_timeout_factor(0.05)
+        .with_retry_delay(FALLBACK);
+    let task = tokio::spawn(async move { waiter.lock().await });
+    eventually("the waiter's marked attempt reached node 0", || {
+        cluster.node(0).calls("set") == 3
+    })
+    .await;
+    released_elsewhere(cluster.node(0), name, "elsewhere");
+    // Past the marks' life of 10 s.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        marked(&cluster, name),
+        [true; 3],
+        "the name is still marked"
+    );
+    assert_eq!(
+        marks_sent(&cluster),
+        [2; 3],
+        "the marked attempt's marks, and one renewal"
+    );
+    handed_over(
+        held,
+        task,
+        Duration::from_secs(5),
+        "woken by the release (the retry delay is a minute)",
+    )
+    .await;
+}
+
 /// After one of the client's listeners reconnected, the waiter marks the name again with its next
 /// attempt: a release while the listener was away may have taken the mark there, and its notice
 /// was lost with the connection.
@@ -642,4 +695,213 @@ async fn marks_are_set_again_after_a_listener_reconnected() {
         "woken by the release, not by the retry delay of 3 s",
     )
     .await;
+}
+
+/// The notices of `name` on `node`, as a listener hears them: messages wait in the socket, and
+/// each is read within 5 s.
+struct Overheard(redis::Connection);
+
+impl Overheard {
+    fn new(node: &redmutex_testenv::Node, name: &str) -> Overheard {
+        let mut connection = node.connection();
+        connection
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("read timeout");
+        // Not `as_pubsub`, whose guard unsubscribes when dropped.
+        redis::cmd("SUBSCRIBE")
+            .arg(channel(name))
+            .exec(&mut connection)
+            .expect("SUBSCRIBE");
+        Overheard(connection)
+    }
+
+    /// The next notice's message.
+    fn next(&mut self) -> String {
+        let message = self.0.recv_response().expect("a notice");
+        let redis::Value::Push { data, .. } = message else {
+            let parts: Vec<String> = redis::from_redis_value(message).expect("a message");
+            return parts.last().cloned().expect("a payload");
+        };
+        redis::from_redis_value(data.last().cloned().expect("a payload")).expect("text")
+    }
+}
+
+/// Whether every node of `cluster` has `name`'s waiters' mark.
+fn marked(cluster: &Cluster, name: &str) -> Vec<bool> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| node.exists(&waiters_mark(name)))
+        .collect()
+}
+
+/// A holder that had to wait for the lock keeps the waiters' mark in its release (others likely
+/// still wait) and says so by a `+` before the value in its notice; a holder that got the lock
+/// without waiting takes the mark, and its notice is the value alone.
+#[tokio::test]
+async fn a_holder_that_waited_keeps_the_mark_in_its_release() {
+    let cluster = Cluster::start(3);
+    let name = "wake:kept-mark";
+    let mut overheard = Overheard::new(cluster.node(0), name);
+    let (waiting, held) = held_by_another(&cluster, name, Duration::from_secs(30)).await;
+    let waiter = waiting
+        .new_mutex(name)
+        .with_retry_delay(Duration::from_secs(10));
+    let task = tokio::spawn(async move { waiter.lock().await });
+    // The holder's SET, the waiter's first attempt and its marked one.
+    tried(&cluster, 3).await;
+    let first = held.value().to_owned();
+    held.unlock().await.expect("unlock");
+    assert_eq!(overheard.next(), first, "it took the mark");
+    let waited = woken(task, Duration::from_secs(5), "woken by the release").await;
+    // The waiter's winning attempt marked again: the release it heard had taken its marks.
+    assert_eq!(marked(&cluster, name), [true; 3]);
+    // Shortened, so that only the release can give the marks their 10 s again.
+    for node in cluster.nodes() {
+        node.set_px(&waiters_mark(name), "1", Duration::from_secs(2));
+    }
+    let second = waited.value().to_owned();
+    waited.unlock().await.expect("unlock");
+    assert_eq!(overheard.next(), format!("+{second}"));
+    assert_eq!(
+        marked(&cluster, name),
+        [true; 3],
+        "the release kept the marks"
+    );
+    let ttl = cluster.node(1).pttl(&waiters_mark(name));
+    assert!(
+        ttl > 9_000,
+        "kept for as long as a waiter's mark lives: {ttl} ms left"
+    );
+    // Nobody waits now: the next holder does not wait, and its release takes the mark.
+    let third = waiting.new_mutex(name).lock().await.expect("free lock");
+    let value = third.value().to_owned();
+    third.unlock().await.expect("unlock");
+    assert_eq!(overheard.next(), value);
+    assert_eq!(marked(&cluster, name), [false; 3], "the chain ends");
+}
+
+/// The hand-offs of these tests: retry delays the marks outlive, so that no attempt marks to
+/// cover its wait (see `a_long_wait_marks_the_name_again_before_the_marks_expire`); the hand-offs
+/// must be much quicker.
+const KEPT_DELAY: Duration = Duration::from_secs(5);
+
+/// `name` taken through `clients[0]` after waiting for it (a key that expires held it: no
+/// release, no notice), so that its release keeps the marks. First every client's listeners
+/// connect to every node: a listener that connects after its client's marks were placed (a waiter
+/// needs a quorum of them) makes the next attempt mark again, rightly, as notices may have gone
+/// unheard before it listened.
+async fn held_after_waiting(cluster: &Cluster, name: &str, clients: &[Redlock]) -> Lock {
+    let expiring = |name: &str, ttl| {
+        for node in cluster.nodes() {
+            node.set_px(name, "expires", ttl);
+        }
+    };
+    for redlock in clients {
+        expiring("wake:warm-up", Duration::from_millis(100));
+        let warm_up = redlock
+            .new_mutex("wake:warm-up")
+            .with_retry_delay(Duration::from_millis(50));
+        let lock = warm_up.lock().await.expect("the key expired");
+        lock.unlock().await.expect("unlock");
+    }
+    let count = i64::try_from(clients.len()).expect("a few clients");
+    subscribed(cluster, "wake:warm-up", count).await;
+    expiring(name, Duration::from_millis(300));
+    let polling = clients[0]
+        .new_mutex(name)
+        .with_expiry(Duration::from_secs(30))
+        .with_retry_delay(Duration::from_millis(50));
+    polling.lock().await.expect("the key expired")
+}
+
+/// Waiters woken by releases that kept the marks make their next attempts without marks: the
+/// nodes still have them. Two clients' waiters queue behind a holder that waited, marking the
+/// name, and then get the lock one after the other without sending one mark more.
+#[tokio::test]
+async fn waiters_woken_by_releases_that_kept_the_marks_do_not_mark_again() {
+    let cluster = Cluster::start(3);
+    let name = "wake:no-re-mark";
+    let clients = [
+        client(&cluster).await,
+        client(&cluster).await,
+        client(&cluster).await,
+    ];
+    let held = held_after_waiting(&cluster, name, &clients).await;
+    let marked_before_waiters = marks_sent(&cluster);
+    let (locks, mut holders) = mpsc::unbounded_channel();
+    for (id, redlock) in clients[1..].iter().enumerate() {
+        let mutex = redlock.new_mutex(name).with_retry_delay(KEPT_DELAY);
+        waiter(&mutex, id, &locks);
+    }
+    // Both waiters' marked attempts, after their subscriptions.
+    let before: Vec<u64> = marked_before_waiters
+        .iter()
+        .map(|marks| marks + 2)
+        .collect();
+    eventually("both waiters marked the name", || {
+        marks_sent(&cluster) == before
+    })
+    .await;
+    let released = Instant::now();
+    held.unlock().await.expect("unlock");
+    let (_, winner) = next_holder(&mut holders).await;
+    winner.unlock().await.expect("unlock");
+    let (_, last) = next_holder(&mut holders).await;
+    assert!(
+        released.elapsed() < KEPT_DELAY / 2,
+        "both woken by the releases, not by their retry delay"
+    );
+    assert_eq!(
+        marks_sent(&cluster),
+        before,
+        "marks sent per node by waiters woken by releases that kept them"
+    );
+    last.unlock().await.expect("unlock");
+}
+
+/// The waiters of one client share its marks: a second `lock()` of the name in the client, which
+/// queues behind the first, makes its attempt unmarked, as the client's marks are in place.
+#[tokio::test]
+async fn the_waiters_of_one_client_share_its_marks() {
+    let cluster = Cluster::start(3);
+    let name = "wake:shared-marks";
+    let clients = [client(&cluster).await, client(&cluster).await];
+    let held = held_after_waiting(&cluster, name, &clients).await;
+    let marked_before_waiters = marks_sent(&cluster);
+    let (locks, mut holders) = mpsc::unbounded_channel();
+    let mutex = clients[1].new_mutex(name).with_retry_delay(KEPT_DELAY);
+    waiter(&mutex, 0, &locks);
+    let before: Vec<u64> = marked_before_waiters
+        .iter()
+        .map(|marks| marks + 1)
+        .collect();
+    eventually("the first waiter marked the name", || {
+        marks_sent(&cluster) == before
+    })
+    .await;
+    let sets_before = sets(&cluster);
+    waiter(&mutex, 1, &locks);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        sets(&cluster),
+        sets_before,
+        "the second waiter queued behind"
+    );
+    let released = Instant::now();
+    held.unlock().await.expect("unlock");
+    let (first, lock) = next_holder(&mut holders).await;
+    assert_eq!(first, 0, "served in the order they came");
+    lock.unlock().await.expect("unlock");
+    let (_, last) = next_holder(&mut holders).await;
+    assert!(
+        released.elapsed() < KEPT_DELAY / 2,
+        "both woken by the releases, not by their retry delay"
+    );
+    assert_eq!(
+        marks_sent(&cluster),
+        before,
+        "marks sent per node by the second waiter"
+    );
+    last.unlock().await.expect("unlock");
 }

@@ -82,9 +82,13 @@ impl Target for ElectionTarget {
         let token = match op {
             Op::Raise(token) => token,
             Op::Release { notify: true, .. } => {
-                return self
-                    .mutex
-                    .release_with(&RELEASE, Verb::from(delivery), member, value);
+                return self.mutex.release_with(
+                    &RELEASE,
+                    Verb::from(delivery),
+                    member,
+                    value,
+                    None,
+                );
             }
             _ => return self.mutex.command(op, delivery, member, value, millis),
         };
@@ -279,6 +283,7 @@ mod tests {
         let release = Op::Release {
             notify: true,
             hand_off: false,
+            keep_marks: false,
         };
         for op in [Op::AcquireFenced, Op::Extend, release] {
             for member in [Standalone, Cluster] {

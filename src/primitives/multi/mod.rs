@@ -345,6 +345,7 @@ mod tests {
             let op = Op::Release {
                 notify,
                 hand_off: false,
+                keep_marks: false,
             };
             words(&target.command(op, Delivery::ByDigest, member, "v", 1))[2..].to_vec()
         };
@@ -449,6 +450,7 @@ mod tests {
         let op = Op::Release {
             notify: true,
             hand_off: false,
+            keep_marks: false,
         };
         let release = words(&target.command(op, Delivery::ByDigest, Cluster, "v", 1));
         assert_eq!(

@@ -46,7 +46,7 @@ pub(crate) use target::{
 /// | [`with_timeout_factor`](Mutex::with_timeout_factor) | 0.05 (400 ms per node at 8 s expiry) | `(0, 1)` |
 /// | [`with_fail_fast`](Mutex::with_fail_fast) | false | |
 /// | [`with_shuffle_nodes`](Mutex::with_shuffle_nodes) | false | |
-/// | [`with_value_fn`](Mutex::with_value_fn) | 16 random bytes (CSPRNG), base64url | not empty, no NUL |
+/// | [`with_value_fn`](Mutex::with_value_fn) | 16 random bytes (CSPRNG), base64url | not empty, no NUL, not starting with `+` |
 /// | [`with_fencing`](Mutex::with_fencing) | false | |
 /// | [`with_wake_on_release`](Mutex::with_wake_on_release) | true | |
 /// | [`with_fair`](Mutex::with_fair) | false | one name, no fencing |
@@ -601,7 +601,9 @@ impl Mutex {
     /// Generates the lock value for each acquisition. Default: 16 bytes from a CSPRNG, base64url.
     ///
     /// Every acquisition must get a value no other acquisition ever gets: two holders with one value
-    /// can release each other's lock. An empty value is rejected with [`Error::Config`].
+    /// can release each other's lock. An empty value, one with a NUL character and one that starts
+    /// with `+` (the flag of a release notice that kept the waiters' mark) are rejected with
+    /// [`Error::Config`].
     ///
     /// # Examples
     ///

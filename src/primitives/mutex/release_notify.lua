@@ -7,8 +7,9 @@
 -- may be gone (`waiters_key` in `engine/target.rs`, `waiting/notices.rs`). The `DEL` that frees the
 -- name takes the mark with it and counts both: 2 means somebody waits, and only then does a notice
 -- go out. So a release nobody waits for costs the node one more key in its `DEL`, and a release
--- somebody waits for spends the mark (each waiter that heard the notice marks again with its next
--- attempt). On a standalone server the mark is the name followed by `:waiters`, made here, so that
+-- somebody waits for spends the mark (each client that heard the notice marks again with its next
+-- attempt). A holder that had to wait itself, and a failed attempt's cleanup, send
+-- release_keep.lua instead, which leaves the mark. On a standalone server the mark is the name followed by `:waiters`, made here, so that
 -- the node receives the release's arguments of before (`benches/README.md`: one more argument
 -- costs a node more than the whole look); on a cluster it is in the name's slot, passed as a key,
 -- as are the command and the channel (a script may `SPUBLISH` only on a channel of its keys'

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use redis::{Cmd, Pipeline, Value};
 
+use crate::engine::quorum::whole_millis;
 use crate::engine::request::{Delivery, Op};
 use crate::engine::target::{self, Channels, Settled, Target, Verb, beside, waiters_key};
 use crate::error::Error;
@@ -21,6 +22,7 @@ use crate::nodes::listener::grant_channel;
 use crate::nodes::script::{Script, lua};
 use crate::nodes::version::{Needs, Version};
 use crate::primitives::check_name;
+use crate::waiting::MARK_TTL;
 use crate::waiting::fair::scripts::{self as line, LineKeys};
 
 /// What a mutex needs of a node: `EVAL` with `redis.sha1hex` and `PUBLISH`, and `SET ... NX PX`.
@@ -33,6 +35,8 @@ pub(crate) const SUFFIXES: &[&str] = &[":fence"];
 pub(crate) const RELEASE: Script = lua!("primitives/mutex/release.lua");
 /// Compare-and-delete with a release notice (`release_notify.lua`).
 pub(crate) const RELEASE_NOTIFY: Script = lua!("primitives/mutex/release_notify.lua");
+/// Compare-and-delete that keeps the waiters' mark, with a release notice (`release_keep.lua`).
+pub(crate) const RELEASE_KEEP: Script = lua!("primitives/mutex/release_keep.lua");
 /// Compare-and-PEXPIRE, and the repair of a node that lost the key (`extend.lua`).
 pub(crate) const EXTEND: Script = lua!("primitives/mutex/extend.lua");
 /// `SET NX PX` and the fencing counter (`acquire_fenced.lua`).
@@ -41,7 +45,14 @@ pub(crate) const ACQUIRE_FENCED: Script = lua!("primitives/mutex/acquire_fenced.
 pub(crate) const RAISE: Script = lua!("primitives/mutex/raise.lua");
 
 /// The mutex's scripts, which every node loads.
-pub(crate) const SCRIPTS: &[Script] = &[RELEASE, RELEASE_NOTIFY, EXTEND, ACQUIRE_FENCED, RAISE];
+pub(crate) const SCRIPTS: &[Script] = &[
+    RELEASE,
+    RELEASE_NOTIFY,
+    RELEASE_KEEP,
+    EXTEND,
+    ACQUIRE_FENCED,
+    RAISE,
+];
 
 /// The key of a name's fencing counter, `{<name>}:fence`: beside the lock key in its slot, never
 /// expiring, kept across unlocks.
@@ -141,8 +152,18 @@ impl MutexTarget {
             Op::Release { notify: false, .. } => {
                 script_cmd(verb.script(&RELEASE), verb, name, value, None)
             }
-            Op::Release { notify: true, .. } => {
-                self.release_with(&RELEASE_NOTIFY, verb, member, value)
+            Op::Release {
+                notify: true,
+                keep_marks: false,
+                ..
+            } => self.release_with(&RELEASE_NOTIFY, verb, member, value, None),
+            Op::Release {
+                notify: true,
+                keep_marks: true,
+                ..
+            } => {
+                let keep = whole_millis(MARK_TTL);
+                self.release_with(&RELEASE_KEEP, verb, member, value, Some(keep))
             }
             Op::AcquireFenced => {
                 let script = verb.script(&ACQUIRE_FENCED);
@@ -159,13 +180,15 @@ impl MutexTarget {
     /// server the name and the value alone (the script makes the waiters' mark from the name);
     /// on a cluster also the mark, the command and the channel. A name without a slot prefix has
     /// no mark and no channel on a cluster (see `target::waiters_key`): there its release is the
-    /// plain one, and its waiters poll.
+    /// plain one, and its waiters poll. With `keep` (`release_keep.lua`), the argument after the
+    /// value: how many milliseconds the waiters' mark lives where the release finds one.
     pub(crate) fn release_with(
         &self,
         script: &Script,
         verb: Verb,
         member: Member,
         value: &str,
+        keep: Option<u64>,
     ) -> Cmd {
         let name = &self.name[0];
         let notices = self.notices(member);
@@ -180,20 +203,22 @@ impl MutexTarget {
         match (mark, notices) {
             (Some(mark), Some((publish, channel))) => {
                 let mut cmd = Cmd::with_capacity(
-                    8,
-                    48 + script.len() + name.len() + mark.len() + value.len() + channel.len(),
+                    9,
+                    64 + script.len() + name.len() + mark.len() + value.len() + channel.len(),
                 );
                 cmd.arg(verb.word())
                     .arg(script)
                     .arg(2)
                     .arg(&**name)
                     .arg(mark)
-                    .arg(value)
-                    .arg(publish)
-                    .arg(channel);
+                    .arg(value);
+                if let Some(keep) = keep {
+                    cmd.arg(keep);
+                }
+                cmd.arg(publish).arg(channel);
                 cmd
             }
-            _ => script_cmd(script, verb, name, value, None),
+            _ => script_cmd(script, verb, name, value, keep),
         }
     }
 }
@@ -436,6 +461,7 @@ mod tests {
         let notify = Op::Release {
             notify: true,
             hand_off: false,
+            keep_marks: false,
         };
         let standalone = target.command(notify, Delivery::ByDigest, Standalone, "v", 8);
         assert_eq!(
@@ -459,6 +485,36 @@ mod tests {
                 .text()
                 .contains("KEYS[2] or name .. ':waiters'")
         );
+        // A release that keeps the marks adds how long they live, last.
+        let keep = Op::Release {
+            notify: true,
+            hand_off: false,
+            keep_marks: true,
+        };
+        let ttl = whole_millis(MARK_TTL).to_string();
+        let standalone = target.command(keep, Delivery::ByDigest, Standalone, "v", 8);
+        assert_eq!(
+            words(&standalone)[1..],
+            [RELEASE_KEEP.digest(), "1", "n", "v", &ttl]
+        );
+        let cluster = target.command(keep, Delivery::ByDigest, Cluster, "v", 8);
+        assert_eq!(
+            words(&cluster)[1..],
+            [
+                RELEASE_KEEP.digest(),
+                "2",
+                "n",
+                "{n}:waiters",
+                "v",
+                &ttl,
+                "SPUBLISH",
+                "redmutex:released:{n}"
+            ]
+        );
+        let text = RELEASE_KEEP.text();
+        assert!(text.contains("KEYS[2] or name .. ':waiters'"));
+        let kept = char::from(crate::waiting::KEPT_MARK);
+        assert!(text.contains(&format!("'{kept}' .. ARGV[1]")));
         // A name without a slot prefix has no mark on a cluster: a plain release there.
         let cluster = mutex("a}b").command(notify, Delivery::ByDigest, Cluster, "v", 8);
         assert_eq!(words(&cluster)[1..], [RELEASE.digest(), "1", "a}b", "v"]);
@@ -468,6 +524,7 @@ mod tests {
         let hand_off = Op::Release {
             notify: true,
             hand_off: true,
+            keep_marks: false,
         };
         let release = target.command(hand_off, Delivery::ByDigest, Cluster, "v", 8);
         let line = [

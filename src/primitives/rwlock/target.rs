@@ -356,6 +356,7 @@ mod tests {
             Op::Release {
                 notify: false,
                 hand_off: false,
+                keep_marks: false,
             },
             Delivery::ByDigest,
             Standalone,
@@ -405,6 +406,7 @@ mod tests {
             Op::Release {
                 notify: true,
                 hand_off: false,
+                keep_marks: false,
             },
             Op::Raise(3),
         ] {
@@ -506,6 +508,7 @@ mod tests {
         let op = Op::Release {
             notify: true,
             hand_off: false,
+            keep_marks: false,
         };
         let cmd = read.command(op, Delivery::ByDigest, Standalone, "v", 8000);
         assert_eq!(
@@ -525,6 +528,26 @@ mod tests {
                 "redmutex:released:{t}x:"
             ]
         );
+    }
+
+    /// A writer that waited releases as such a mutex does, keeping the waiters' mark; a reader's
+    /// release always takes it (its script counts the readers left first).
+    #[test]
+    fn a_writer_that_waited_keeps_the_mark_a_reader_takes_it() {
+        let keep = Op::Release {
+            notify: true,
+            hand_off: false,
+            keep_marks: true,
+        };
+        let write = WriteTarget::new("{t}x".into(), Duration::from_millis(1450));
+        let cmd = write.command(keep, Delivery::ByDigest, Standalone, "v", 8000);
+        assert_eq!(
+            words(&cmd)[1],
+            crate::primitives::mutex::target::RELEASE_KEEP.digest()
+        );
+        let read = ReadTarget::new("{t}x".into());
+        let cmd = read.command(keep, Delivery::ByDigest, Standalone, "v", 8000);
+        assert_eq!(words(&cmd)[1], READ_RELEASE.digest());
     }
 
     #[test]

@@ -183,6 +183,7 @@ mod tests {
             let op = Op::Release {
                 notify,
                 hand_off: false,
+                keep_marks: false,
             };
             words(&target.command(op, Delivery::ByDigest, member, "v", 9))
         };

@@ -43,9 +43,29 @@ pub(crate) struct Line {
     /// and halves when one won: zero (no added latency) while this client's woken waiters win,
     /// wider while they collide with other clients'.
     spread: Duration,
-    /// When the last notice of any release arrived, spent or not: each one took a waiters' mark
-    /// off its node (see `waiting::notices`).
-    last_notice: Option<Instant>,
+    /// When the last notice of a release that took a waiters' mark off its node arrived, spent or
+    /// not (see `waiting::notices`; a release whose holder waited keeps the mark).
+    last_taken: Option<Instant>,
+    /// The last write of marks that every node answered, by any waiter of this client: the marks
+    /// are the same keys whoever wrote them (see `waiting::notices`).
+    marks: Option<Marks>,
+}
+
+/// A write of waiters' marks of the name to every node, which every node answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Marks {
+    /// When the write began: the marks expire no sooner than `MARK_TTL` after it, and a notice of
+    /// a release that took one arrives after it.
+    pub(crate) sent: Instant,
+    /// The client's listener connections then (see `hub::State::connects`).
+    pub(crate) connects: u64,
+}
+
+impl Marks {
+    /// Of two writes, the one that began first.
+    pub(crate) fn min_by_sent(self, other: Marks) -> Marks {
+        if other.sent < self.sent { other } else { self }
+    }
 }
 
 struct Heard {
@@ -72,7 +92,8 @@ impl Line {
             waiters: Vec::new(),
             last_node: 0,
             spread: Duration::ZERO,
-            last_notice: None,
+            last_taken: None,
+            marks: None,
         }
     }
 
@@ -88,10 +109,19 @@ impl Line {
         self.wake_one(Some(self.quorum))
     }
 
-    /// A node reported the release of `release` (the value) at `at`; returns the waiter woken.
-    /// The late notices of a spent release are ignored.
-    pub(crate) fn hear(&mut self, node: usize, release: &[u8], at: Instant) -> Option<WaiterId> {
-        self.last_notice = self.last_notice.max(Some(at));
+    /// A node reported the release of `release` (the value) at `at`, which took the waiters' mark
+    /// there unless it `kept` it; returns the waiter woken. The late notices of a spent release
+    /// wake nobody.
+    pub(crate) fn hear(
+        &mut self,
+        node: usize,
+        release: &[u8],
+        kept: bool,
+        at: Instant,
+    ) -> Option<WaiterId> {
+        if !kept {
+            self.last_taken = self.last_taken.max(Some(at));
+        }
         if self.spent.iter().any(|spent| **spent == *release) {
             return None;
         }
@@ -167,9 +197,27 @@ impl Line {
         (self.spread.mul_f64(fraction), self.last_node)
     }
 
-    /// Whether a notice arrived at or after `since`, late notices of spent releases included.
-    pub(crate) fn heard_at_or_after(&self, since: Instant) -> bool {
-        self.last_notice.is_some_and(|at| at >= since)
+    /// A write of marks that every node answered: the latest such write tells (see
+    /// `waiting::notices`: every node then has a mark that landed at or after its start).
+    pub(crate) fn marks_placed(&mut self, marks: Marks) {
+        if self.marks.is_none_or(|placed| placed.sent < marks.sent) {
+            self.marks = Some(marks);
+        }
+    }
+
+    /// The latest write of marks that every node answered, whether or not some may be gone since:
+    /// when they expire, whoever still waits must write them again.
+    pub(crate) fn last_marks(&self) -> Option<Marks> {
+        self.marks
+    }
+
+    /// The marks this client placed, while none may be gone from a node: no notice of a release
+    /// that took one arrived since their write began (late notices of spent releases included),
+    /// and the client's listeners did not (re)connect since (`connects`, their count now).
+    pub(crate) fn marks(&self, connects: u64) -> Option<Marks> {
+        self.marks.filter(|marks| {
+            marks.connects == connects && self.last_taken.is_none_or(|at| at < marks.sent)
+        })
     }
 
     /// Where waiter `id` stands in line.
@@ -237,8 +285,8 @@ mod tests {
 
     const US: Duration = Duration::from_micros(1);
 
-    /// One release notice per node in `nodes`, each a microsecond after `after`; returns the last
-    /// time and every waiter woken.
+    /// One release notice per node in `nodes`, each a microsecond after `after` (one that kept
+    /// the mark if `value` starts with `+`); returns the last time and every waiter woken.
     fn release(
         line: &mut Line,
         value: &str,
@@ -249,7 +297,8 @@ mod tests {
         let mut woken = Vec::new();
         for &node in nodes {
             at += US;
-            woken.extend(line.hear(node, value.as_bytes(), at));
+            let kept = value.starts_with('+');
+            woken.extend(line.hear(node, value.as_bytes(), kept, at));
         }
         (at, woken)
     }
@@ -316,17 +365,63 @@ mod tests {
     /// A late notice of a spent release wakes nobody, but it still says that a mark went from
     /// its node: waiters' marks are set again after it (see `waiting::notices`).
     #[test]
-    fn every_notice_tells_that_a_mark_may_be_gone() {
+    fn every_taking_notice_tells_that_a_mark_may_be_gone() {
         let mut line = Line::new(3, 2);
         let since = Instant::now();
         assert_eq!(line.join(1, since), None);
-        assert!(!line.heard_at_or_after(since), "nothing heard yet");
+        assert_eq!(line.marks(0), None, "nothing placed yet");
+        line.marks_placed(marks(since));
+        assert_eq!(line.marks(0), Some(marks(since)));
         let (at, woke) = release(&mut line, "a", &[0, 1], since);
         assert_eq!(woke, [1]);
+        assert_eq!(line.marks(0), None, "taken");
+        line.marks_placed(marks(at + US));
+        assert_eq!(line.marks(0), Some(marks(at + US)));
         let (late, woke) = release(&mut line, "a", &[2], at + US);
         assert!(woke.is_empty(), "spent");
-        assert!(line.heard_at_or_after(late));
-        assert!(!line.heard_at_or_after(late + US));
+        assert_eq!(line.marks(0), None, "a late notice took one too");
+        line.marks_placed(marks(late + US));
+        assert_eq!(line.marks(0), Some(marks(late + US)));
+        assert_eq!(line.marks(1), None, "a listener connected since");
+        assert_eq!(
+            line.last_marks(),
+            Some(marks(late + US)),
+            "still due to expire"
+        );
+    }
+
+    /// Marks written at `sent`, with no listener connection counted.
+    fn marks(sent: Instant) -> Marks {
+        Marks { sent, connects: 0 }
+    }
+
+    /// Of two writes that every node answered, the later-begun one tells: each node has a mark
+    /// that landed after it began.
+    #[test]
+    fn the_latest_write_of_marks_tells() {
+        let mut line = Line::new(3, 2);
+        let first = Instant::now();
+        line.marks_placed(marks(first + US));
+        line.marks_placed(marks(first));
+        assert_eq!(line.marks(0), Some(marks(first + US)));
+    }
+
+    /// A release that kept the mark wakes as any other, and leaves the marks counted as placed.
+    #[test]
+    fn a_notice_that_kept_the_mark_wakes_without_taking_it() {
+        let mut line = Line::new(3, 2);
+        let since = Instant::now();
+        assert_eq!(line.join(1, since), None);
+        line.marks_placed(marks(since));
+        let (at, woke) = release(&mut line, "+a", &[0, 1], since);
+        assert_eq!(woke, [1]);
+        let (at, woke) = release(&mut line, "+a", &[2], at);
+        assert!(woke.is_empty(), "spent");
+        assert_eq!(line.marks(0), Some(marks(since)));
+        // One node's release took it (a holder that had not waited): that one counts.
+        line.rearm(1, at);
+        release(&mut line, "b", &[1], at);
+        assert_eq!(line.marks(0), None);
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod turn;
 mod watcher;
 
 use crate::nodes::listener::{Command, NoticeSink, Topic};
+use crate::waiting::KEPT_MARK;
 use crate::waiting::fair::scripts::GRANT_MARK;
 pub(crate) use place::Place;
 pub(crate) use turn::Turn;
@@ -338,8 +339,9 @@ impl Hub {
 }
 
 impl NoticeSink for Hub {
-    /// A node's notice on `name`: a release (the payload is the released value) or a hand-off
-    /// (see `fair::scripts::GRANT_MARK`).
+    /// A node's notice on `name`: a release (the payload is the released value, after
+    /// [`KEPT_MARK`] where the release kept the waiters' mark) or a hand-off (see
+    /// `fair::scripts::GRANT_MARK`).
     ///
     /// Anyone allowed to `PUBLISH` on the node can send one (the README's ACL section: those are
     /// users who could write the lock keys as well). So a notice is `node`'s word (the listener
@@ -385,7 +387,8 @@ impl NoticeSink for Hub {
             state.wake(woken);
             return;
         }
-        let woken = waiters.line.hear(node, payload, now);
+        let kept = payload.first() == Some(&KEPT_MARK);
+        let woken = waiters.line.hear(node, payload, kept, now);
         if woken.is_some() {
             tracing::trace!(node, "woken by release notices");
         }
@@ -491,6 +494,7 @@ impl Subscribing {
 mod tests {
     use super::*;
     use crate::engine::quorum::quorum;
+    use crate::waiting::hub::line::Marks;
 
     #[test]
     fn grants_carry_the_counter_and_the_place_s_ticket() {
@@ -543,6 +547,25 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), second.woken())
             .await
             .expect("the wake-up is passed on");
+    }
+
+    /// A notice with `+` before the value kept the waiters' mark: the client's marks stay placed.
+    /// One without took it.
+    #[test]
+    fn only_notices_of_releases_that_took_the_mark_unsettle_the_marks() {
+        let hub = hub(3);
+        let since = Instant::now();
+        let (place, _) = hub.join(&name(), since);
+        let marks = Marks {
+            sent: since,
+            connects: hub.state().connects,
+        };
+        place.marks_placed(marks);
+        hub.notice(0, "n", b"+a", since + Duration::from_micros(1));
+        assert_eq!(place.marks(), Some(marks), "kept");
+        hub.notice(1, "n", b"b", since + Duration::from_micros(2));
+        assert_eq!(place.marks(), None, "taken");
+        assert_eq!(place.last_marks(), Some(marks), "still due to expire");
     }
 
     /// Every notice reaches every watcher, and a watcher takes no waiter's wake-up; a watcher

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::waiting::hub::line::{Line, WaiterId};
+use crate::waiting::hub::line::{Line, Marks, WaiterId};
 
 use super::Hub;
 
@@ -77,13 +77,31 @@ impl Place {
         self.with_line(|line| line.wait_again(self.id, since));
     }
 
-    /// Whether a notice of the name arrived at or after `since` (see `Line::heard_at_or_after`).
-    pub(crate) fn heard_at_or_after(&self, since: Instant) -> bool {
+    /// The marks of the name this client placed, while none may be gone (see `Line::marks`).
+    pub(crate) fn marks(&self) -> Option<Marks> {
+        let state = self.hub.state();
+        let connects = state.connects;
+        state
+            .names
+            .get(&*self.name)
+            .and_then(|waiters| waiters.line.marks(connects))
+    }
+
+    /// The latest write of marks of the name this client placed (see `Line::last_marks`).
+    pub(crate) fn last_marks(&self) -> Option<Marks> {
         let state = self.hub.state();
         state
             .names
             .get(&*self.name)
-            .is_some_and(|waiters| waiters.line.heard_at_or_after(since))
+            .and_then(|waiters| waiters.line.last_marks())
+    }
+
+    /// Every node answered a write of marks of the name (see `Line::marks_placed`).
+    pub(crate) fn marks_placed(&self, marks: Marks) {
+        self.with_line(|line| {
+            line.marks_placed(marks);
+            None
+        });
     }
 
     /// How many times the client's listeners (re)connected so far (see `State::connects`).
