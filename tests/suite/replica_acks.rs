@@ -99,8 +99,11 @@ async fn a_lock_counts_once_its_replica_has_the_key() {
         }
     }
 
-    // A read-write lock and a semaphore wait the same way, on their names' masters.
+    // A read-write lock and a semaphore wait the same way, on their names' masters (whose
+    // replicas must be linked first: an unlinked replica acknowledges nothing, and the attempt is
+    // made again, with a WAIT of its own).
     let rwlock = "replica-acks:rwlock";
+    linked(cluster.replicas_of(cluster.master_of_key(rwlock))[0]);
     let writer = redlock
         .new_rwlock(rwlock)
         .with_replica_acks(1)
@@ -112,6 +115,7 @@ async fn a_lock_counts_once_its_replica_has_the_key() {
     assert_eq!(owner.calls("wait"), earlier + 1);
     writer.unlock().await.expect("unlock");
     let semaphore = "replica-acks:semaphore";
+    linked(cluster.replicas_of(cluster.master_of_key(semaphore))[0]);
     let before = cluster.master_of_key(semaphore).calls("wait");
     let permit = redlock
         .new_semaphore(semaphore, 2)
