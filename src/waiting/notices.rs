@@ -5,10 +5,10 @@
 //!
 //! A release publishes a notice only where a waiter marked the name (see
 //! `engine::target::waiters_key`): the release's `DEL` takes the mark with the key (but see the
-//! next paragraph), and tells by its count whether there was one, so that a release nobody waits for costs its node nothing
-//! more than one more key in that `DEL`. Marks are shared: one waiter's mark makes the release
-//! notify every client that listens. Every mark lives [`MARK_TTL`], whoever sets it, so a mark
-//! set later never shortens one set earlier.
+//! next paragraph), and tells by its count whether there was one, so that a release nobody waits
+//! for costs its node nothing more than one more key in that `DEL`. Marks are shared: one
+//! waiter's mark makes the release notify every client that listens. Every mark lives
+//! [`MARK_TTL`], whoever sets it, so a mark set later never shortens one set earlier.
 //!
 //! A release whose holder waited for the lock (or that frees a failed attempt's keys) leaves the
 //! mark where it found one, to live [`MARK_TTL`] from then, and says so by [`KEPT_MARK`] before

@@ -9,15 +9,15 @@
 -- go out. So a release nobody waits for costs the node one more key in its `DEL`, and a release
 -- somebody waits for spends the mark (each client that heard the notice marks again with its next
 -- attempt). A holder that had to wait itself, and a failed attempt's cleanup, send
--- release_keep.lua instead, which leaves the mark. On a standalone server the mark is the name followed by `:waiters`, made here, so that
--- the node receives the release's arguments of before (`benches/README.md`: one more argument
--- costs a node more than the whole look); on a cluster it is in the name's slot, passed as a key,
--- as are the command and the channel (a script may `SPUBLISH` only on a channel of its keys'
--- slot: `notice_channel` in `nodes/listener.rs`). Left out, they are `PUBLISH` on
--- `redmutex:released:` followed by the name (`NOTICE_PREFIX` in `nodes/listener.rs`; a unit test
--- keeps the two equal). The message is the released value, which tells one release from the next
--- (see `waiting/hub/line.rs`); it reveals nothing new, as any client of the node could read it
--- with GET while the lock was held.
+-- release_keep.lua instead, which leaves the mark. On a standalone server the mark is the name
+-- followed by `:waiters`, made here, so that the node receives the release's arguments of before
+-- (`benches/README.md`: one more argument costs a node more than the whole look); on a cluster it
+-- is in the name's slot, passed as a key, as are the command and the channel (a script may
+-- `SPUBLISH` only on a channel of its keys' slot: `notice_channel` in `nodes/listener.rs`). Left
+-- out, they are `PUBLISH` on `redmutex:released:` followed by the name (`NOTICE_PREFIX` in
+-- `nodes/listener.rs`; a unit test keeps the two equal). The message is the released value, which
+-- tells one release from the next (see `waiting/hub/line.rs`); it reveals nothing new, as any
+-- client of the node could read it with GET while the lock was held.
 
 local name = KEYS[1]
 local current = redis.call('GET', name)
