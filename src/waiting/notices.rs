@@ -379,7 +379,9 @@ fn oldest(marks: impl Iterator<Item = Option<Marks>>) -> Option<Marks> {
     let mut oldest: Option<Marks> = None;
     for marks in marks {
         let marks = marks?;
-        oldest = Some(oldest.map_or(marks, |oldest| oldest.min_by_sent(marks)));
+        oldest = Some(oldest.map_or(marks, |oldest| {
+            std::cmp::min_by_key(oldest, marks, |marks| marks.sent)
+        }));
     }
     oldest
 }

@@ -559,12 +559,7 @@ async fn marks_taken_by_a_release_that_woke_nobody_are_set_again() {
     tried(&cluster, 4).await;
     released_elsewhere(cluster.node(2), name, "elsewhere-2");
     tried(&cluster, 5).await;
-    let marked: Vec<bool> = cluster
-        .nodes()
-        .iter()
-        .map(|node| node.exists(&waiters_mark(name)))
-        .collect();
-    assert_eq!(marked, [true; 5], "every node marked again");
+    assert_eq!(marked(&cluster, name), [true; 5], "every node marked again");
     handed_over(
         held,
         task,
@@ -587,13 +582,22 @@ async fn a_long_wait_marks_the_name_again_before_the_marks_expire() {
         sets(&cluster).iter().all(|&sets| sets == 3)
     })
     .await;
-    // Past the marks' life of 10 s.
+    renewed_then_handed_over(&cluster, name, held, task).await;
+}
+
+/// Past the marks' life of 10 s, the name is still marked on every node of `cluster`, by the
+/// waiter `task`'s marked attempt and one renewal; then `held` is released, and the waiter, whose
+/// retry delay is a minute, must be woken.
+async fn renewed_then_handed_over(
+    cluster: &Cluster,
+    name: &str,
+    held: Lock,
+    task: JoinHandle<Result<Lock, Error>>,
+) {
     tokio::time::sleep(Duration::from_secs(12)).await;
-    for node in cluster.nodes() {
-        assert!(node.exists(&waiters_mark(name)), "the name is still marked");
-    }
+    assert_eq!(marked(cluster, name), [true; 3], "the name is still marked");
     assert_eq!(
-        marks_sent(&cluster),
+        marks_sent(cluster),
         [2; 3],
         "the marked attempt's marks, and one renewal"
     );
@@ -638,25 +642,7 @@ async fn a_long_wait_renews_marks_unsettled_during_its_attempt() {
     })
     .await;
     released_elsewhere(cluster.node(0), name, "elsewhere");
-    // Past the marks' life of 10 s.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    assert_eq!(
-        marked(&cluster, name),
-        [true; 3],
-        "the name is still marked"
-    );
-    assert_eq!(
-        marks_sent(&cluster),
-        [2; 3],
-        "the marked attempt's marks, and one renewal"
-    );
-    handed_over(
-        held,
-        task,
-        Duration::from_secs(5),
-        "woken by the release (the retry delay is a minute)",
-    )
-    .await;
+    renewed_then_handed_over(&cluster, name, held, task).await;
 }
 
 /// After one of the client's listeners reconnected, the waiter marks the name again with its next

@@ -14,6 +14,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::waiting::KEPT_MARK;
+
 /// How many spent releases a line remembers, to ignore their late notices. Late notices arrive
 /// within a round trip; by then few releases can have followed.
 const SPENT: usize = 8;
@@ -61,13 +63,6 @@ pub(crate) struct Marks {
     pub(crate) connects: u64,
 }
 
-impl Marks {
-    /// Of two writes, the one that began first.
-    pub(crate) fn min_by_sent(self, other: Marks) -> Marks {
-        if other.sent < self.sent { other } else { self }
-    }
-}
-
 struct Heard {
     at: Instant,
     /// The released value: the same on every node for one release.
@@ -109,17 +104,11 @@ impl Line {
         self.wake_one(Some(self.quorum))
     }
 
-    /// A node reported the release of `release` (the value) at `at`, which took the waiters' mark
-    /// there unless it `kept` it; returns the waiter woken. The late notices of a spent release
-    /// wake nobody.
-    pub(crate) fn hear(
-        &mut self,
-        node: usize,
-        release: &[u8],
-        kept: bool,
-        at: Instant,
-    ) -> Option<WaiterId> {
-        if !kept {
+    /// A node reported the release of `release` (the value, after [`KEPT_MARK`] where the release
+    /// kept the waiters' mark there, else it took it) at `at`; returns the waiter woken. The late
+    /// notices of a spent release wake nobody.
+    pub(crate) fn hear(&mut self, node: usize, release: &[u8], at: Instant) -> Option<WaiterId> {
+        if release.first() != Some(&KEPT_MARK) {
             self.last_taken = self.last_taken.max(Some(at));
         }
         if self.spent.iter().any(|spent| **spent == *release) {
@@ -297,8 +286,7 @@ mod tests {
         let mut woken = Vec::new();
         for &node in nodes {
             at += US;
-            let kept = value.starts_with('+');
-            woken.extend(line.hear(node, value.as_bytes(), kept, at));
+            woken.extend(line.hear(node, value.as_bytes(), at));
         }
         (at, woken)
     }

@@ -23,7 +23,6 @@ mod turn;
 mod watcher;
 
 use crate::nodes::listener::{Command, NoticeSink, Topic};
-use crate::waiting::KEPT_MARK;
 use crate::waiting::fair::scripts::GRANT_MARK;
 pub(crate) use place::Place;
 pub(crate) use turn::Turn;
@@ -340,7 +339,7 @@ impl Hub {
 
 impl NoticeSink for Hub {
     /// A node's notice on `name`: a release (the payload is the released value, after
-    /// [`KEPT_MARK`] where the release kept the waiters' mark) or a hand-off (see
+    /// `waiting::KEPT_MARK` where the release kept the waiters' mark) or a hand-off (see
     /// `fair::scripts::GRANT_MARK`).
     ///
     /// Anyone allowed to `PUBLISH` on the node can send one (the README's ACL section: those are
@@ -387,8 +386,7 @@ impl NoticeSink for Hub {
             state.wake(woken);
             return;
         }
-        let kept = payload.first() == Some(&KEPT_MARK);
-        let woken = waiters.line.hear(node, payload, kept, now);
+        let woken = waiters.line.hear(node, payload, now);
         if woken.is_some() {
             tracing::trace!(node, "woken by release notices");
         }
